@@ -1,0 +1,90 @@
+"""The Backend interface every launcher implements, and the printable ``Submission``.
+
+``render`` is pure (no I/O, no cluster probing): ``mxbatch render`` prints its
+result. ``submit`` executes exactly that and returns a ``JobRecord``.
+``cancel`` is idempotent and leaves nothing queued or running.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from pathlib import Path
+from typing import Any, ClassVar, Dict, Iterator, List, Optional
+
+from ..plan import JobPlan
+from ..records import JobRecord
+from ..runtime.planfile import RunPlan
+from ..status import JobStatus
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderedItem:
+    """One thing a submission would execute or write, for display."""
+
+    title: str
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Submission:
+    """Everything ``submit`` will do, decided up front by ``render``."""
+
+    plan: JobPlan
+    items: List[RenderedItem]
+    payload: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def describe(self) -> str:
+        parts = [f"# job {self.plan.job_id} on backend {self.plan.backend}",
+                 f"# run directory {self.plan.run_dir}"]
+        for item in self.items:
+            parts.append(f"## {item.title}\n{item.text.rstrip()}")
+        return "\n".join(parts) + "\n"
+
+
+class Backend(abc.ABC):
+    """A place to run the tasks of a job."""
+
+    name: ClassVar[str]
+    #: every task runs on this machine: advertise 127.0.0.1
+    loopback_only: ClassVar[bool] = False
+
+    def __init__(self, options: Any = None) -> None:
+        self.options = options
+
+    @classmethod
+    def options_type(cls) -> Optional[type]:
+        """The dataclass of this backend's ``backends.<name>`` block, if it has one."""
+        return None
+
+    def check(self, plan: JobPlan) -> None:
+        """Raise ``BackendUnavailable``/``SpecError`` with a hint if ``plan`` cannot run here."""
+
+    @abc.abstractmethod
+    def render(self, plan: JobPlan) -> Submission:
+        """What ``submit`` would do. Pure."""
+
+    @abc.abstractmethod
+    def submit(self, submission: Submission) -> JobRecord:
+        """Create the run directory and start or queue every task."""
+
+    @abc.abstractmethod
+    def status(self, record: JobRecord) -> JobStatus:
+        """Per-task and job state, merged from records and the backend's view."""
+
+    @abc.abstractmethod
+    def cancel(self, record: JobRecord) -> None:
+        """Stop the job; idempotent; nothing may remain queued or running afterwards."""
+
+    def logs(self, record: JobRecord, role: str, rank: int) -> Iterator[str]:
+        """Lines of one task's log (stdout and stderr of the role, supervisor notes)."""
+        path = Path(record.run_dir) / "logs" / f"{role}-{rank}.log"
+        try:
+            with open(path, errors="replace") as handle:
+                yield from handle
+        except FileNotFoundError:
+            return
+
+
+def load_run_plan(record: JobRecord) -> RunPlan:
+    return RunPlan.from_json((Path(record.run_dir) / "plan.json").read_text())

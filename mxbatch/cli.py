@@ -1,0 +1,270 @@
+"""The ``mxbatch`` command line. Formats output and errors; the work is elsewhere."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+import click
+
+from . import __version__, jobs, records
+from . import spec as specs
+from .errors import ExitCode, MxbatchError, SpecError
+from .follow import LogTail, follow
+from .status import JobState, JobStatus
+
+_BACKEND = click.option("--backend", "-b", default=specs.DEFAULT_BACKEND, show_default=True,
+                        help="Where to run: local, sge, slurm, yarn.")
+_WORKERS = click.option("-n", "--workers", type=int, default=None,
+                        help="Number of workers (overrides the spec).")
+_SERVERS = click.option("-s", "--servers", type=int, default=None,
+                        help="Number of servers (overrides the spec).")
+
+
+def _err(message: str) -> None:
+    click.echo(message, err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="mxbatch")
+def main() -> None:
+    """Run MXNet parameter-server training jobs (scheduler, servers, workers)."""
+
+
+# ------------------------------------------------------------------------ submitting
+
+
+@main.command()
+@click.argument("spec_file", type=click.Path(dir_okay=False, path_type=Path))
+@_BACKEND
+@_WORKERS
+@_SERVERS
+@click.option("--wait/--detach", "-w", default=False,
+              help="Follow the job, stream its logs and exit with its outcome.")
+@click.option("--quiet", "-q", is_flag=True, help="With --wait: do not stream logs.")
+def submit(spec_file: Path, backend: str, workers: Optional[int], servers: Optional[int],
+           wait: bool, quiet: bool) -> None:
+    """Submit the job described by SPEC_FILE; print its id."""
+    spec = specs.load(spec_file)
+    _submit_and_maybe_follow(spec, backend, workers, servers, wait, quiet)
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@_WORKERS
+@_SERVERS
+@_BACKEND
+@click.option("--name", default="launch", show_default=True, help="Job name.")
+@click.option("--env", "-e", "env", multiple=True, metavar="NAME=VALUE",
+              help="Environment variable for every role (repeatable).")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=".",
+              help="Working directory of every role.")
+@click.option("--interface", default=None, help="Network interface to advertise.")
+@click.option("--ports", default=None, help="Scheduler port range, e.g. 9000-9999.")
+@click.option("--startup-timeout", default=None, help="Startup deadline, e.g. 10m.")
+@click.option("--grace", default=None, help="Grace period before SIGKILL, e.g. 30s.")
+@click.option("--detach", is_flag=True, help="Return at once with the job id.")
+@click.option("--quiet", "-q", is_flag=True, help="Do not stream logs.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def launch(workers: Optional[int], servers: Optional[int], backend: str, name: str,
+           env: Sequence[str], workdir: Path, interface: Optional[str], ports: Optional[str],
+           startup_timeout: Optional[str], grace: Optional[str], detach: bool, quiet: bool,
+           command: List[str]) -> None:
+    """Run COMMAND for every role, like MXNet's launch.py (no spec file).
+
+    Blocks until the job ends and exits with its outcome:
+    mxbatch launch -n 2 -s 2 -- python3 train.py --kvstore dist_sync
+    """
+    data: dict = {"name": name, "command": list(command), "workdir": str(workdir),
+                  "env": _parse_env(env),
+                  "roles": {"worker": {"count": workers if workers is not None else 1},
+                            "server": {"count": servers if servers is not None else
+                                       (workers if workers is not None else 1)}}}
+    if interface or ports:
+        data["network"] = {k: v for k, v in (("interface", interface), ("ports", ports)) if v}
+    if startup_timeout or grace:
+        data["rendezvous"] = {k: v for k, v in (("startup_timeout", startup_timeout),
+                                                ("grace", grace)) if v}
+    spec = specs.from_mapping(data, base_dir=Path.cwd(), default_name=name)
+    _submit_and_maybe_follow(spec, backend, None, None, not detach, quiet)
+
+
+def _parse_env(pairs: Sequence[str]) -> dict:
+    env = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise SpecError(f"expected NAME=VALUE, got {pair!r}", key="--env")
+        env[name] = value
+    return env
+
+
+def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Optional[int],
+                             servers: Optional[int], wait: bool, quiet: bool) -> None:
+    backend, submission = jobs.prepare(spec, backend_name, workers=workers, servers=servers)
+    record = jobs.submit(backend, submission)
+    click.echo(record.job_id)
+    _err(f"mxbatch: submitted {record.job_id} to {record.backend}; "
+         f"run directory {record.run_dir}")
+    if wait:
+        _follow_and_exit(backend, record, stream_logs=not quiet, timeout=None,
+                         cancel_on_interrupt=True)
+
+
+def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
+                     timeout: Optional[float], cancel_on_interrupt: bool) -> None:
+    started = time.time()
+    try:
+        status = follow(backend, record, stream_logs=stream_logs, echo=click.echo,
+                        timeout=timeout)
+    except KeyboardInterrupt:
+        if not cancel_on_interrupt:
+            raise MxbatchError("interrupted; the job keeps running", ExitCode.INTERRUPTED)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _err(f"mxbatch: interrupted: cancelling {record.job_id} ...")
+        backend.cancel(record)
+        _err(f"mxbatch: job {record.job_id} CANCELLED")
+        sys.exit(ExitCode.INTERRUPTED)
+    _report(status, time.time() - started)
+    if status.state is not JobState.SUCCEEDED:
+        sys.exit(ExitCode.JOB_FAILED)
+
+
+def _report(status: JobStatus, elapsed: float) -> None:
+    if status.state is JobState.SUCCEEDED:
+        _err(f"mxbatch: job {status.job_id} SUCCEEDED ({elapsed:.1f}s)")
+        return
+    message = f"mxbatch: job {status.job_id} {status.state.value}"
+    if status.reason:
+        message += f": {status.reason}"
+    if status.log:
+        message += f"\nmxbatch: see the log: {status.log}"
+    _err(message)
+
+
+@main.command()
+@click.argument("spec_file", type=click.Path(dir_okay=False, path_type=Path))
+@_BACKEND
+@_WORKERS
+@_SERVERS
+def render(spec_file: Path, backend: str, workers: Optional[int],
+           servers: Optional[int]) -> None:
+    """Print exactly what submit would run (per-task argv and env, job scripts)."""
+    spec = specs.load(spec_file)
+    _, submission = jobs.prepare(spec, backend, workers=workers, servers=servers,
+                                 check_run_dir=False)
+    click.echo(submission.describe(), nl=False)
+
+
+# ------------------------------------------------------------------------ inspecting
+
+
+@main.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(job_id: str, as_json: bool) -> None:
+    """Show the state of every task of JOB_ID."""
+    record = records.load(job_id)
+    result = jobs.backend_for_record(record).status(record)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    click.echo(f"job {result.job_id}  backend {result.backend}  state {result.state.value}")
+    if result.reason:
+        click.echo(f"reason: {result.reason}")
+    if result.log:
+        click.echo(f"log: {result.log}")
+    rows = [("TASK", "STATE", "HOST", "PID", "EXIT", "NOTE")]
+    for task in result.tasks:
+        exit_text = task.signal or ("" if task.exit_code is None else str(task.exit_code))
+        rows.append((task.label, task.state.value, task.host, str(task.pid or ""), exit_text,
+                     task.note))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5]))
+                   + "  " + row[5])
+
+
+@main.command()
+@click.argument("job_id")
+@click.option("--role", type=click.Choice(["scheduler", "server", "worker"]), default=None)
+@click.option("--rank", type=int, default=None)
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the job ends.")
+def logs(job_id: str, role: Optional[str], rank: Optional[int], follow: bool) -> None:
+    """Print the logs of JOB_ID (all tasks prefixed, or one task)."""
+    record = records.load(job_id)
+    backend = jobs.backend_for_record(record)
+    if role is not None and not follow:
+        for line in backend.logs(record, role, rank or 0):
+            click.echo(line, nl=False)
+        return
+    plan_tasks = [t for t in _plan_tasks(record)
+                  if (role is None or t.role == role) and (rank is None or t.rank == rank)]
+    width = max([len(t.label) for t in plan_tasks] or [1])
+    tails = [LogTail(record.run_path / "logs" / f"{t.name}.log", f"{t.label:<{width}} | ")
+             for t in plan_tasks]
+    while True:
+        done = not follow or backend.status(record).terminal
+        for tail in tails:
+            for line in tail.read(final=done):
+                click.echo(line)
+        if done:
+            return
+        time.sleep(0.25)
+
+
+def _plan_tasks(record: records.JobRecord):
+    from .backends.base import load_run_plan
+
+    return load_run_plan(record).tasks
+
+
+@main.command()
+@click.argument("job_id")
+def cancel(job_id: str) -> None:
+    """Stop JOB_ID; nothing of it stays queued or running. A no-op on an ended job."""
+    record = records.load(job_id)
+    backend = jobs.backend_for_record(record)
+    before = backend.status(record)
+    backend.cancel(record)
+    after = backend.status(record)
+    if before.terminal:
+        _err(f"mxbatch: job {job_id} had already ended ({before.state.value})")
+    else:
+        _err(f"mxbatch: job {job_id} {after.state.value}")
+
+
+@main.command(name="wait")
+@click.argument("job_id")
+@click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
+@click.option("--logs/--no-logs", "stream_logs", default=False, help="Stream the logs.")
+def wait_command(job_id: str, timeout: Optional[float], stream_logs: bool) -> None:
+    """Block until JOB_ID ends; exit 0 only if it succeeded."""
+    record = records.load(job_id)
+    _follow_and_exit(jobs.backend_for_record(record), record, stream_logs=stream_logs,
+                     timeout=timeout, cancel_on_interrupt=False)
+
+
+@main.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def list_jobs(as_json: bool) -> None:
+    """List submitted jobs, newest first."""
+    rows = []
+    for record in records.all_records():
+        try:
+            state = jobs.backend_for_record(record).status(record).state.value
+        except (MxbatchError, OSError, ValueError):
+            state = "UNKNOWN"
+        rows.append({"job_id": record.job_id, "backend": record.backend, "state": state,
+                     "submitted": time.strftime("%Y-%m-%d %H:%M:%S",
+                                                time.localtime(record.submitted_at)),
+                     "run_dir": record.run_dir})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        click.echo(f"{row['job_id']:<32} {row['backend']:<6} {row['state']:<10} "
+                   f"{row['submitted']}")

@@ -1,0 +1,102 @@
+"""The MxbatchError hierarchy and the exit codes the CLI returns for each.
+
+Every error is a ``click.ClickException`` so the CLI prints ``Error: <message>``
+and exits with ``exit_code``; no caller needs to format errors itself.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Optional, Sequence
+
+import click
+
+
+class ExitCode(enum.IntEnum):
+    """Process exit codes of the ``mxbatch`` command."""
+
+    OK = 0
+    JOB_FAILED = 1
+    USAGE = 2  # bad spec, bad flags, rejected submission: nothing was started
+    BACKEND_UNAVAILABLE = 3
+    NOT_FOUND = 4
+    TIMEOUT = 124
+    INTERRUPTED = 130
+
+
+class MxbatchError(click.ClickException):
+    """Base class: a message for the user and an exit code."""
+
+    exit_code = ExitCode.JOB_FAILED
+
+    def __init__(self, message: str, exit_code: Optional[int] = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class SpecError(MxbatchError):
+    """A job spec is wrong. Names the file, the line and the key path."""
+
+    exit_code = ExitCode.USAGE
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        path: Optional[Path] = None,
+        line: Optional[int] = None,
+        key: Optional[str] = None,
+        hint: Optional[str] = None,
+    ) -> None:
+        self.problem = problem
+        self.path = path
+        self.line = line
+        self.key = key
+        self.hint = hint
+        where = str(path) if path is not None else "<command line>"
+        if line is not None:
+            where += f":{line}"
+        text = f"{where}: {key + ': ' if key else ''}{problem}"
+        if hint:
+            text += f" ({hint})"
+        super().__init__(text)
+
+
+class SubmissionRejected(MxbatchError):
+    """The cluster refused the submission; nothing of the job is left queued."""
+
+    exit_code = ExitCode.USAGE
+
+
+class BackendUnavailable(MxbatchError):
+    """A backend cannot be used here (missing library, daemon down...), with a hint."""
+
+    exit_code = ExitCode.BACKEND_UNAVAILABLE
+
+
+class JobNotFound(MxbatchError):
+    exit_code = ExitCode.NOT_FOUND
+
+
+class WaitTimeout(MxbatchError):
+    exit_code = ExitCode.TIMEOUT
+
+
+class CommandError(MxbatchError):
+    """An external command failed: carries argv, exit code, stdout and stderr."""
+
+    def __init__(self, argv: Sequence[str], returncode: Optional[int], stdout: str, stderr: str,
+                 note: str = "") -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        status = "timed out" if returncode is None else f"exited with {returncode}"
+        parts = [f"command {' '.join(self.argv)!r} {status}{': ' + note if note else ''}"]
+        if stderr.strip():
+            parts.append("stderr: " + stderr.strip())
+        if stdout.strip():
+            parts.append("stdout: " + stdout.strip())
+        super().__init__("\n".join(parts))

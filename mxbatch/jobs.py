@@ -1,0 +1,47 @@
+"""The submit flow shared by ``submit``, ``launch`` and ``render``:
+spec -> backend -> plan -> checks -> render -> submit -> record.
+
+Everything that can fail on bad input fails before anything is created.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+from . import plan as planning
+from . import records, rundir
+from .backends import backend_class
+from .backends.base import Backend, Submission
+from .spec import JobSpec, parse_options, with_counts
+
+
+def backend_for_spec(spec: JobSpec, name: str) -> Backend:
+    """The backend ``name`` configured from the spec's ``backends.<name>`` block."""
+    cls = backend_class(name)
+    options_type = cls.options_type()
+    options = parse_options(spec, name, options_type) if options_type else None
+    return cls(options)
+
+
+def backend_for_record(record: records.JobRecord) -> Backend:
+    return backend_class(record.backend)()
+
+
+def prepare(spec: JobSpec, backend_name: str, *, workers: Optional[int] = None,
+            servers: Optional[int] = None, check_run_dir: bool = True
+            ) -> Tuple[Backend, Submission]:
+    """Validate everything and render the submission; creates nothing."""
+    spec = with_counts(spec, workers=workers, servers=servers)
+    backend = backend_for_spec(spec, backend_name)
+    job_plan = planning.make(spec, backend_name, loopback_only=backend.loopback_only)
+    backend.check(job_plan)
+    if check_run_dir:
+        rundir.check_writable(job_plan)
+    return backend, backend.render(job_plan)
+
+
+def submit(backend: Backend, submission: Submission) -> records.JobRecord:
+    """Execute the submission and save its record."""
+    record = backend.submit(submission)
+    records.save(record)
+    return record

@@ -1,0 +1,138 @@
+"""The local backend's per-job manager: starts supervisors on this machine.
+
+It starts at most ``slots`` supervisors at a time, scheduler first, then
+servers, then workers (like a queue with that many free slots); the rest wait
+for a slot. It also watches the job: a supervisor that dies without a final
+record (SIGKILL) aborts the job at once, and so does a passed startup deadline.
+On SIGTERM, or once the job is aborted, it starts nothing more, marks what never
+started as cancelled, and gives supervisors ``grace + 5`` seconds before
+SIGKILLing their process groups. It exits when no supervisor is left.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional
+
+from .peers import missing_at_deadline, startup_abort
+from .planfile import RunPlan, TaskInfo
+from .rendezvous import Rendezvous
+from .states import AbortKind, AbortRecord, TaskRecord, TaskState
+from .supervisor import signal_name
+
+POLL_S = 0.2
+
+
+class LocalManager:
+    def __init__(self, plan: RunPlan, rendezvous: Rendezvous, runtime_path: str,
+                 slots: Optional[int]) -> None:
+        self.plan = plan
+        self.rdv = rendezvous
+        self.runtime_path = runtime_path
+        self.slots = slots or len(plan.tasks)
+        self.queue: List[TaskInfo] = list(plan.tasks)
+        self.running: Dict[int, subprocess.Popen] = {}
+        self.signalled = False
+        self.stop_deadline: Optional[float] = None
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        for task in self.queue:
+            self.rdv.write_task(TaskRecord(role=task.role, rank=task.rank,
+                                           state=TaskState.PENDING, note="waiting for a slot"))
+        while self.queue or self.running:
+            self._reap()
+            aborted = self.signalled or self.rdv.read_abort() is not None
+            if aborted:
+                self._drop_queue()
+                self._enforce_stop_deadline()
+            else:
+                self._launch()
+                self._check_startup()
+            time.sleep(POLL_S)
+        return 0
+
+    def _on_signal(self, _signum, _frame) -> None:
+        self.signalled = True
+        self.rdv.write_abort(AbortRecord(kind=AbortKind.CANCELLED, by="local manager",
+                                         reason="the local job manager was stopped"))
+
+    def _launch(self) -> None:
+        while self.queue and len(self.running) < self.slots:
+            task = self.queue.pop(0)
+            log = open(os.path.join(self.plan.run_dir, "logs", task.name + ".out"), "ab")
+            env = dict(os.environ, MXBATCH_TASK=str(task.index))
+            self.running[task.index] = subprocess.Popen(
+                [sys.executable, self.runtime_path, "run", self.plan.run_dir],
+                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            log.close()
+
+    def _reap(self) -> None:
+        records = None
+        for index, proc in list(self.running.items()):
+            code = proc.poll()
+            if code is None:
+                continue
+            del self.running[index]
+            task = self.plan.tasks[index]
+            records = records if records is not None else self.rdv.read_tasks()
+            record = records.get((task.role, task.rank))
+            if record is not None and record.state.final:
+                continue
+            how = "was killed by %s" % signal_name(code) if code < 0 else "exited with %d" % code
+            reason = "the supervisor of %s %s" % (task.label, how)
+            self.rdv.write_task(TaskRecord(
+                role=task.role, rank=task.rank, state=TaskState.LOST, note=reason,
+                host=record.host if record else "", pid=record.pid if record else None,
+                supervisor_pid=proc.pid, ended_at=time.time(),
+                log=os.path.join(self.plan.run_dir, "logs", task.name + ".log")))
+            self.rdv.write_abort(AbortRecord(kind=AbortKind.FAILED, reason=reason,
+                                             role=task.role, rank=task.rank, by="local manager"))
+            if record is not None and record.pid:
+                _killpg(record.pid, signal.SIGKILL)
+
+    def _drop_queue(self) -> None:
+        for task in self.queue:
+            self.rdv.write_task(TaskRecord(role=task.role, rank=task.rank,
+                                           state=TaskState.CANCELLED,
+                                           note="never started: job aborted",
+                                           ended_at=time.time()))
+        self.queue = []
+        if self.signalled:
+            for proc in self.running.values():
+                _signal(proc, signal.SIGTERM)
+
+    def _enforce_stop_deadline(self) -> None:
+        now = time.time()
+        if self.stop_deadline is None:
+            self.stop_deadline = now + self.plan.grace_s + 5
+        elif now > self.stop_deadline:
+            records = self.rdv.read_tasks()
+            for index, proc in self.running.items():
+                task = self.plan.tasks[index]
+                record = records.get((task.role, task.rank))
+                if record is not None and record.pid:
+                    _killpg(record.pid, signal.SIGKILL)
+                _signal(proc, signal.SIGKILL)
+
+    def _check_startup(self) -> None:
+        missing = missing_at_deadline(self.plan, self.rdv.read_tasks(), time.time())
+        if missing:
+            self.rdv.write_abort(startup_abort(self.plan, missing, by="local manager"))
+
+
+def _signal(proc: subprocess.Popen, signum: int) -> None:
+    try:
+        proc.send_signal(signum)
+    except ProcessLookupError:
+        pass
+
+
+def _killpg(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,126 @@
+"""Which IP a task advertises, and which port the scheduler listens on.
+
+ps-lite needs literal IPs (a hostname gives "bind failed"), so:
+- an explicit interface wins (its IPv4 address, via SIOCGIFADDR);
+- a loopback-only job (every task on this machine) uses 127.0.0.1;
+- the scheduler otherwise uses the address of its default-route interface;
+- servers and workers use their source address on the route to the scheduler.
+"""
+
+import fcntl
+import random
+import socket
+import struct
+import time
+from typing import Iterator, List, Optional
+
+_SIOCGIFADDR = 0x8915
+
+
+class NetworkError(RuntimeError):
+    pass
+
+
+def interface_names() -> List[str]:
+    return [name for _, name in socket.if_nameindex()]
+
+
+def interface_ip(name: str) -> str:
+    """The IPv4 address of interface ``name``; NetworkError if it has none."""
+    if name not in interface_names():
+        raise NetworkError("no network interface %r here (have: %s)"
+                           % (name, ", ".join(interface_names())))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            packed = fcntl.ioctl(sock.fileno(), _SIOCGIFADDR,
+                                 struct.pack("256s", name.encode()[:15]))
+        except OSError as exc:
+            raise NetworkError("interface %r has no IPv4 address: %s" % (name, exc)) from None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def default_route_interface() -> Optional[str]:
+    """The interface of the IPv4 default route, from /proc/net/route (Linux)."""
+    try:
+        with open("/proc/net/route") as handle:
+            lines = handle.read().splitlines()[1:]
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 2 and fields[1] == "00000000":
+            return fields[0]
+    return None
+
+
+def source_ip_towards(destination: str) -> str:
+    """This host's source IP for packets to ``destination`` (UDP connect: sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect((destination, 9))
+        return sock.getsockname()[0]
+
+
+def scheduler_ip(interface: Optional[str], loopback_only: bool) -> str:
+    """The address the scheduler advertises (see the module docstring for the order)."""
+    if interface:
+        return interface_ip(interface)
+    if loopback_only:
+        return "127.0.0.1"
+    route_if = default_route_interface()
+    if route_if:
+        try:
+            return interface_ip(route_if)
+        except NetworkError:
+            pass
+    try:
+        address = socket.gethostbyname(socket.gethostname())
+        if not address.startswith("127."):
+            return address
+    except OSError:
+        pass
+    return "127.0.0.1"
+
+
+def node_ip(interface: Optional[str], scheduler_address: str) -> str:
+    """The address a server or worker advertises as ``DMLC_NODE_HOST``."""
+    if interface:
+        return interface_ip(interface)
+    return source_ip_towards(scheduler_address)
+
+
+def port_is_free(ip: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((ip, port))
+        except OSError:
+            return False
+    return True
+
+
+def candidate_ports(low: int, high: int, bind_ip: str = "") -> Iterator[int]:
+    """Free-looking ports of ``low..high`` in random order (another job may share the range)."""
+    ports = list(range(low, high + 1))
+    random.shuffle(ports)
+    for port in ports:
+        if port_is_free(bind_ip, port):
+            yield port
+
+
+def accepts_connections(ip: str, port: int, timeout: float = 0.5) -> bool:
+    """True when something listens on ip:port."""
+    try:
+        with socket.create_connection((ip, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_listening(ip: str, port: int, deadline: float, alive) -> bool:
+    """Poll until ip:port accepts a connection (True), ``alive()`` turns False or the deadline."""
+    while time.time() < deadline:
+        if accepts_connections(ip, port):
+            return True
+        if not alive():
+            return False
+        time.sleep(0.1)
+    return False

@@ -1,0 +1,79 @@
+"""``plan.json``: everything a task needs to know about its job, and nothing secret.
+
+Written once by the CLI into the run directory, read by every supervisor.
+The inherited environment is *not* stored here (it may hold secrets): tasks
+get it from the process that starts them (the batch system's ``-V``/``ALL``).
+"""
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional
+
+ROLES = ("scheduler", "server", "worker")
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """One role instance. ``index`` is its place in the job: scheduler 0, servers, workers."""
+
+    index: int
+    role: str
+    rank: int
+    argv: List[str]
+    env: Dict[str, str]
+    cpus: int = 1
+    memory_mib: Optional[int] = None
+    gpus: int = 0
+    walltime_s: Optional[float] = None
+
+    @property
+    def name(self) -> str:
+        """File-name form, ``worker-1``."""
+        return "%s-%d" % (self.role, self.rank)
+
+    @property
+    def label(self) -> str:
+        """Display form, ``worker[1]``."""
+        return "%s[%d]" % (self.role, self.rank)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The job as the runtime sees it. Times are seconds; ``created_at`` is epoch time."""
+
+    job_id: str
+    run_dir: str
+    workdir: str
+    python: str
+    created_at: float
+    inherit_env: bool = True
+    interface: Optional[str] = None
+    loopback_only: bool = False
+    port_low: int = 9000
+    port_high: int = 9999
+    startup_timeout_s: float = 600.0
+    grace_s: float = 30.0
+    heartbeat_timeout_s: float = 30.0
+    tasks: List[TaskInfo] = field(default_factory=list)
+
+    @property
+    def startup_deadline(self) -> float:
+        return self.created_at + self.startup_timeout_s
+
+    def tasks_of(self, role: str) -> List[TaskInfo]:
+        return [t for t in self.tasks if t.role == role]
+
+    def task_for(self, role: str, rank: int) -> TaskInfo:
+        for task in self.tasks:
+            if task.role == role and task.rank == rank:
+                return task
+        raise KeyError("no task %s[%d] in job %s" % (role, rank, self.job_id))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunPlan":
+        data = json.loads(text)
+        data["tasks"] = [TaskInfo(**t) for t in data["tasks"]]
+        return cls(**data)

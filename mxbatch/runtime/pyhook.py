@@ -1,0 +1,71 @@
+"""The ``sitecustomize`` that makes an uncaught Python exception end a role at once.
+
+Plain MXNet prints the traceback and then blocks forever in the kvstore's exit
+barrier, so every other role blocks too. The hook prints the traceback,
+flushes and ``os._exit(1)``; an ``atexit`` handler restores the default hook so
+a clean interpreter exit is untouched (a custom hook left installed at exit
+made MXNet abort with 134). Any ``sitecustomize`` that was already on the path
+is still imported after ours.
+"""
+
+import os
+
+SITECUSTOMIZE = r'''
+"""mxbatch: exit at once on an uncaught exception (MXNet would hang). Chains to any other."""
+import atexit
+import os
+import sys
+
+
+def _mxbatch_excepthook(kind, value, tb):
+    try:
+        sys.__excepthook__(kind, value, tb)
+        sys.stderr.write("mxbatch: uncaught %s: exiting with code 1\n" % kind.__name__)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(1)
+
+
+def _mxbatch_restore():
+    if sys.excepthook is _mxbatch_excepthook:
+        sys.excepthook = sys.__excepthook__
+
+
+def _mxbatch_chain():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ours = sys.modules.pop("sitecustomize", None)
+    saved = list(sys.path)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    try:
+        import sitecustomize  # noqa: F401  (the next one on the path, if any)
+    except ModuleNotFoundError as exc:
+        if exc.name != "sitecustomize":
+            raise
+    finally:
+        sys.path[:] = saved
+        if ours is not None:
+            sys.modules["sitecustomize"] = ours
+
+
+sys.excepthook = _mxbatch_excepthook
+atexit.register(_mxbatch_restore)
+_mxbatch_chain()
+'''
+
+
+def install(directory: str) -> str:
+    """Write ``sitecustomize.py`` into ``directory`` (idempotent); returns the directory."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "sitecustomize.py")
+    try:
+        with open(path) as handle:
+            if handle.read() == SITECUSTOMIZE:
+                return directory
+    except OSError:
+        pass
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as handle:
+        handle.write(SITECUSTOMIZE)
+    os.replace(tmp, path)
+    return directory

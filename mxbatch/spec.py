@@ -1,0 +1,429 @@
+"""The job spec: YAML -> frozen dataclasses, validated, with defaults.
+
+``load(path)`` and ``from_mapping(data, ...)`` return a ``JobSpec`` or raise a
+``SpecError`` naming the file, the line and the key (with a "did you mean"
+hint for typos). Relative paths resolve against the spec file's folder.
+Nothing here touches a cluster; the only I/O is reading the spec file and
+checking that ``workdir`` exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
+
+from .errors import SpecError
+from .located import KeyPath, Locations, load_located
+from .units import parse_duration, parse_port_range, parse_size_mib
+
+T = TypeVar("T")
+
+KNOWN_BACKENDS: Tuple[str, ...] = ("local", "sge", "slurm", "yarn")
+DEFAULT_BACKEND = "local"
+
+
+class Role(str, enum.Enum):
+    """The three ps-lite roles, in task order (the scheduler is always task 0)."""
+
+    SCHEDULER = "scheduler"
+    SERVER = "server"
+    WORKER = "worker"
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """What one task of a role asks for. ``None`` means "the backend's default"."""
+
+    cpus: int = 1
+    memory_mib: Optional[int] = None
+    gpus: int = 0
+    walltime_s: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RoleSpec:
+    role: Role
+    count: int
+    command: Tuple[str, ...]
+    resources: Resources
+    env: Mapping[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkSpec:
+    interface: Optional[str] = None
+    port_low: int = 9000
+    port_high: int = 9999
+
+
+@dataclasses.dataclass(frozen=True)
+class RendezvousSpec:
+    dir: Path
+    startup_timeout_s: float = 600.0
+    grace_s: float = 30.0
+    heartbeat_timeout_s: float = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    """A validated job. ``locations`` lets later checks cite file:line for a key."""
+
+    name: str
+    workdir: Path
+    env: Mapping[str, str]
+    inherit_env: bool
+    roles: Mapping[Role, RoleSpec]
+    network: NetworkSpec
+    rendezvous: RendezvousSpec
+    backends: Mapping[str, Mapping[str, Any]]
+    source: Optional[Path] = None
+    locations: Locations = dataclasses.field(
+        default_factory=lambda: Locations(None), compare=False, repr=False)
+
+    def role(self, role: Role) -> RoleSpec:
+        return self.roles[role]
+
+    def error(self, key_path: KeyPath, problem: str, hint: Optional[str] = None) -> SpecError:
+        """A ``SpecError`` at ``key_path`` of this spec's file (for later checks)."""
+        return self.locations.error(key_path, problem, hint)
+
+
+def default_runs_dir() -> Path:
+    """``$MXBATCH_HOME/runs`` (``~/.mxbatch/runs``): shared storage on most clusters."""
+    from .records import mxbatch_home  # local import: records imports spec's siblings only
+
+    return mxbatch_home() / "runs"
+
+
+def load(path: Path) -> JobSpec:
+    """Read and validate the spec file at ``path``."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read the job spec: {exc}", path=path) from None
+    data, locations = load_located(text, path)
+    return from_mapping(data, base_dir=path.resolve().parent, default_name=path.stem,
+                        locations=locations, source=path)
+
+
+def from_mapping(data: Any, *, base_dir: Path, default_name: str = "job",
+                 locations: Optional[Locations] = None,
+                 source: Optional[Path] = None) -> JobSpec:
+    """Validate plain data (as YAML would give) into a ``JobSpec``."""
+    locations = locations or Locations(source)
+    root = _Section(data, (), locations, "the job spec")
+    name = root.take("name", _name, default=_safe_name(default_name))
+    command = root.take("command", _command, default=None)
+    workdir = root.take("workdir", _path_in(base_dir), default=base_dir)
+    env = root.take("env", _env, default={})
+    inherit_env = root.take("inherit_env", _bool, default=True)
+    resources = root.take("resources", lambda v, p: _resources(v, p, locations, Resources()),
+                          default=Resources())
+    roles_section = _Section(root.raw("roles", {}), ("roles",), locations, "roles")
+    roles = _roles(roles_section, command, resources)
+    network = root.take("network", lambda v, p: _network(v, p, locations), default=NetworkSpec())
+    rendezvous = root.take("rendezvous", lambda v, p: _rendezvous(v, p, locations, base_dir),
+                           default=None) or RendezvousSpec(dir=default_runs_dir())
+    root.take("container", _container, default=None)
+    backends = root.take("backends", lambda v, p: _backends(v, p, locations), default={})
+    root.finish()
+    if not workdir.is_dir():
+        raise locations.error(("workdir",), f"no such directory: {workdir}")
+    return JobSpec(name=name, workdir=workdir, env=env, inherit_env=inherit_env, roles=roles,
+                   network=network, rendezvous=rendezvous, backends=backends, source=source,
+                   locations=locations)
+
+
+def with_counts(spec: JobSpec, workers: Optional[int] = None,
+                servers: Optional[int] = None) -> JobSpec:
+    """The spec with CLI count overrides (``-n``/``-s``) applied and checked."""
+    roles = dict(spec.roles)
+    for role, count, minimum in ((Role.WORKER, workers, 1), (Role.SERVER, servers, 1)):
+        if count is None:
+            continue
+        if count < minimum:
+            flag = "-n/--workers" if role is Role.WORKER else "-s/--servers"
+            raise SpecError(f"must be at least {minimum}, got {count}", key=flag)
+        roles[role] = dataclasses.replace(roles[role], count=count)
+    return dataclasses.replace(spec, roles=roles)
+
+
+# --------------------------------------------------------------------------- sections
+
+
+class _Section:
+    """One mapping of the spec: take known keys, then reject the rest with hints."""
+
+    def __init__(self, data: Any, key_path: KeyPath, locations: Locations, what: str) -> None:
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise locations.error(key_path, f"{what} must be a mapping, got {_kind(data)}")
+        self.data = data
+        self.key_path = key_path
+        self.locations = locations
+        self.known: List[str] = []
+
+    def raw(self, key: str, default: Any) -> Any:
+        self.known.append(key)
+        value = self.data.get(key, default)
+        return default if value is None else value
+
+    def take(self, key: str, parse: Callable[[Any, KeyPath], T], default: T) -> T:
+        self.known.append(key)
+        if key not in self.data or self.data[key] is None:
+            return default
+        key_path = self.key_path + (key,)
+        try:
+            return parse(self.data[key], key_path)
+        except SpecError:
+            raise
+        except (ValueError, TypeError) as exc:
+            raise self.locations.error(key_path, str(exc)) from None
+
+    def finish(self) -> None:
+        for key in self.data:
+            if key not in self.known:
+                close = difflib.get_close_matches(key, self.known, n=1, cutoff=0.6)
+                hint = (f"did you mean {close[0]!r}?" if close
+                        else "valid keys: " + ", ".join(self.known))
+                raise self.locations.error(self.key_path + (key,), "unknown key", hint)
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
+            int: "an integer", float: "a number", type(None): "nothing"}.get(
+        type(value), type(value).__name__)
+
+
+def _name(value: Any, _: KeyPath) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", value):
+        raise ValueError("a job name is 1-63 letters, digits, '_', '.', '-' "
+                         f"starting with a letter or digit, got {value!r}")
+    return value
+
+
+def _safe_name(stem: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", stem).lstrip("-_.")[:63]
+    return cleaned or "job"
+
+
+def _command(value: Any, _: KeyPath) -> Tuple[str, ...]:
+    if isinstance(value, str):
+        try:
+            argv = shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot split the command string: {exc}") from None
+    elif isinstance(value, list) and all(isinstance(a, (str, int, float)) and
+                                         not isinstance(a, bool) for a in value):
+        argv = [str(a) for a in value]
+    else:
+        raise ValueError(f"a command is a string or a list of strings, got {_kind(value)}")
+    if not argv or not argv[0]:
+        raise ValueError("the command is empty")
+    return tuple(argv)
+
+
+def _bool(value: Any, _: KeyPath) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _int(minimum: int) -> Callable[[Any, KeyPath], int]:
+    def parse(value: Any, _: KeyPath) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected a whole number, got {_kind(value)} {value!r}")
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}, got {value}")
+        return value
+    return parse
+
+
+def _path_in(base_dir: Path) -> Callable[[Any, KeyPath], Path]:
+    def parse(value: Any, _: KeyPath) -> Path:
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"expected a path, got {_kind(value)}")
+        return (base_dir / Path(value).expanduser()).resolve()
+    return parse
+
+
+def _env(value: Any, key_path: KeyPath) -> Dict[str, str]:
+    if not isinstance(value, dict):
+        raise ValueError(f"env must be a mapping of NAME: value, got {_kind(value)}")
+    env = {}
+    for name, item in value.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"{name!r} is not a valid environment variable name")
+        if isinstance(item, (dict, list)) or item is None:
+            raise ValueError(f"{name}: expected a string or number, got {_kind(item)}")
+        env[name] = str(item).lower() if isinstance(item, bool) else str(item)
+    return env
+
+
+def _resources(value: Any, key_path: KeyPath, locations: Locations, base: Resources) -> Resources:
+    section = _Section(value, key_path, locations, "resources")
+
+    def size(v: Any, _: KeyPath) -> int:
+        return parse_size_mib(v)
+
+    def duration(v: Any, _: KeyPath) -> float:
+        return parse_duration(v)
+
+    result = Resources(
+        cpus=section.take("cpus", _int(1), base.cpus),
+        memory_mib=section.take("memory", size, base.memory_mib),
+        gpus=section.take("gpus", _int(0), base.gpus),
+        walltime_s=section.take("walltime", duration, base.walltime_s),
+    )
+    section.finish()
+    return result
+
+
+def _roles(section: _Section, command: Optional[Tuple[str, ...]],
+           resources: Resources) -> Dict[Role, RoleSpec]:
+    raw = {role: section.raw(role.value, {}) for role in Role}
+    section.finish()
+    roles: Dict[Role, RoleSpec] = {}
+    worker_count = 1
+    for role in (Role.WORKER, Role.SERVER, Role.SCHEDULER):
+        sub = _Section(raw[role], section.key_path + (role.value,), section.locations,
+                       f"roles.{role.value}")
+        if role is Role.SCHEDULER:
+            count = sub.take("count", _int(1), 1)
+            if count != 1:
+                raise section.locations.error(sub.key_path + ("count",),
+                                              "there is always exactly 1 scheduler")
+        else:
+            count = sub.take("count", _int(1), worker_count)
+        if role is Role.WORKER:
+            worker_count = count
+        role_command = sub.take("command", _command, command)
+        if role_command is None:
+            raise section.locations.error(
+                ("command",), "missing: set a top-level command (or one for every role)")
+        role_resources = sub.take(
+            "resources", lambda v, p: _resources(v, p, section.locations, resources), resources)
+        role_env = sub.take("env", _env, {})
+        sub.finish()
+        roles[role] = RoleSpec(role=role, count=count, command=role_command,
+                               resources=role_resources, env=role_env)
+    return {role: roles[role] for role in Role}
+
+
+def _network(value: Any, key_path: KeyPath, locations: Locations) -> NetworkSpec:
+    section = _Section(value, key_path, locations, "network")
+
+    def interface(v: Any, _: KeyPath) -> str:
+        if not isinstance(v, str) or not re.fullmatch(r"[A-Za-z0-9_.:@-]{1,15}", v):
+            raise ValueError(f"expected a network interface name like eth0, got {v!r}")
+        return v
+
+    iface = section.take("interface", interface, None)
+    low, high = section.take("ports", lambda v, _: parse_port_range(v), (9000, 9999))
+    section.finish()
+    return NetworkSpec(interface=iface, port_low=low, port_high=high)
+
+
+def _rendezvous(value: Any, key_path: KeyPath, locations: Locations,
+                base_dir: Path) -> RendezvousSpec:
+    section = _Section(value, key_path, locations, "rendezvous")
+    defaults = RendezvousSpec(dir=Path("."))
+
+    def duration(v: Any, _: KeyPath) -> float:
+        return parse_duration(v)
+
+    result = RendezvousSpec(
+        dir=section.take("dir", _path_in(base_dir), None) or default_runs_dir(),
+        startup_timeout_s=section.take("startup_timeout", duration, defaults.startup_timeout_s),
+        grace_s=section.take("grace", duration, defaults.grace_s),
+        heartbeat_timeout_s=section.take("heartbeat_timeout", duration,
+                                         defaults.heartbeat_timeout_s),
+    )
+    section.finish()
+    return result
+
+
+def _container(value: Any, _: KeyPath) -> None:
+    raise ValueError("containers are not supported yet; remove the key or set it to null")
+
+
+def _backends(value: Any, key_path: KeyPath, locations: Locations) -> Dict[str, Dict[str, Any]]:
+    if not isinstance(value, dict):
+        raise ValueError(f"backends must be a mapping of backend name to options, "
+                         f"got {_kind(value)}")
+    result = {}
+    for name, options in value.items():
+        if name not in KNOWN_BACKENDS:
+            close = difflib.get_close_matches(name, KNOWN_BACKENDS, n=1, cutoff=0.5)
+            raise locations.error(key_path + (name,), "unknown backend",
+                                  f"did you mean {close[0]!r}?" if close else
+                                  "known backends: " + ", ".join(KNOWN_BACKENDS))
+        if options is None:
+            options = {}
+        if not isinstance(options, dict):
+            raise locations.error(key_path + (name,),
+                                  f"backend options must be a mapping, got {_kind(options)}")
+        result[name] = options
+    return result
+
+
+# ------------------------------------------------------------------ backend options
+
+
+O = TypeVar("O")
+
+
+def parse_options(spec: JobSpec, backend: str, options_type: Callable[..., O]) -> O:
+    """The ``backends.<backend>`` block of ``spec`` as an ``options_type`` dataclass.
+
+    Field types drive validation (int, float, bool, str, Optional[...], list of str);
+    unknown keys fail with a "did you mean" hint, like everywhere else in the spec.
+    """
+    raw = spec.backends.get(backend, {})
+    key_path: KeyPath = ("backends", backend)
+    section = _Section(raw, key_path, spec.locations, f"backends.{backend}")
+    values = {}
+    for field in dataclasses.fields(options_type):  # type: ignore[arg-type]
+        parse = _field_parser(field.type)
+        if field.name in raw and raw[field.name] is not None:
+            values[field.name] = section.take(field.name, parse, None)
+        else:
+            section.known.append(field.name)
+    section.finish()
+    return options_type(**values)
+
+
+def _field_parser(annotation: Any) -> Callable[[Any, KeyPath], Any]:
+    text = str(annotation)
+    if "List" in text or "Tuple" in text or "Sequence" in text:
+        def parse_list(value: Any, _: KeyPath) -> Tuple[str, ...]:
+            if isinstance(value, str):
+                return tuple(shlex.split(value))
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"expected a list of strings, got {_kind(value)}")
+            return tuple(value)
+        return parse_list
+    if "bool" in text:
+        return _bool
+    if "int" in text:
+        return _int(0)
+    if "float" in text:
+        return lambda v, _: parse_duration(v)
+
+    def parse_str(value: Any, _: KeyPath) -> str:
+        if isinstance(value, (dict, list, bool)):
+            raise ValueError(f"expected a string, got {_kind(value)}")
+        return str(value)
+    return parse_str
+
+
+def command_text(argv: Sequence[str]) -> str:
+    """A shell-quoted rendering of ``argv`` for display only."""
+    return " ".join(shlex.quote(a) for a in argv)
