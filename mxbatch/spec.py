@@ -107,6 +107,11 @@ def load(path: Path) -> JobSpec:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"cannot read the job spec: {exc}", path=path) from None
+    return parse(text, path)
+
+
+def parse(text: str, path: Path) -> JobSpec:
+    """Validate spec ``text`` as if read from ``path`` (for names and relative paths)."""
     data, locations = load_located(text, path)
     return from_mapping(data, base_dir=path.resolve().parent, default_name=path.stem,
                         locations=locations, source=path)
@@ -118,6 +123,8 @@ def from_mapping(data: Any, *, base_dir: Path, default_name: str = "job",
     """Validate plain data (as YAML would give) into a ``JobSpec``."""
     locations = locations or Locations(source)
     root = _Section(data, (), locations, "the job spec")
+    root.expect(("name", "command", "workdir", "env", "inherit_env", "resources", "roles",
+                 "network", "rendezvous", "container", "backends"))
     name = root.take("name", _name, default=_safe_name(default_name))
     command = root.take("command", _command, default=None)
     workdir = root.take("workdir", _path_in(base_dir), default=base_dir)
@@ -186,6 +193,11 @@ class _Section:
             raise
         except (ValueError, TypeError) as exc:
             raise self.locations.error(key_path, str(exc)) from None
+
+    def expect(self, keys: Sequence[str]) -> None:
+        """Reject unknown keys now, before any value is checked."""
+        self.known.extend(keys)
+        self.finish()
 
     def finish(self) -> None:
         for key in self.data:

@@ -1,0 +1,33 @@
+"""A stand-in for an MXNet role, for fast tests of the runtime without MXNet.
+
+scheduler: listens on DMLC_PS_ROOT_PORT until stopped (like ps-lite's scheduler).
+server:    sleeps until stopped.
+worker:    writes {argv, env} as JSON to $FAKE_OUT/<rank>.json (if set), sleeps
+           $FAKE_SLEEP seconds, then exits with $FAKE_EXIT (default 0).
+"""
+
+import json
+import os
+import socket
+import sys
+import time
+
+role = os.environ["DMLC_ROLE"]
+if role == "scheduler":
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("", int(os.environ["DMLC_PS_ROOT_PORT"])))
+    listener.listen(16)
+    while True:
+        connection, _ = listener.accept()
+        connection.close()
+elif role == "server":
+    while True:
+        time.sleep(1)
+else:
+    out = os.environ.get("FAKE_OUT")
+    if out:
+        with open(os.path.join(out, os.environ["MXBATCH_RANK"] + ".json"), "w") as handle:
+            json.dump({"argv": sys.argv[1:], "env": dict(os.environ)}, handle)
+    time.sleep(float(os.environ.get("FAKE_SLEEP", 0)))
+    sys.exit(int(os.environ.get("FAKE_EXIT", 0)))

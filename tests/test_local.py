@@ -1,0 +1,212 @@
+"""The local backend and the runtime end to end with stand-in roles (fast, no MXNet):
+argument and environment passing, teardown on failure, cancel, deadlines, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import FAKEROLE, assert_no_processes, task_record, wait_for
+
+
+def fake_spec(tmp_path: Path, *, workers: int = 1, servers: int = 1, extra: str = "",
+              worker_command=None, startup: str = "60s", grace: str = "1s",
+              name: str = "fake") -> Path:
+    role = [sys.executable, str(FAKEROLE)]
+    worker = worker_command or role
+    text = (f"name: {name}\ncommand: {json.dumps(role)}\n"
+            f"roles:\n  server: {{count: {servers}}}\n"
+            f"  worker: {{count: {workers}, command: {json.dumps(worker)}}}\n"
+            f"rendezvous: {{startup_timeout: {startup}, grace: {grace}}}\n{extra}")
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_arguments_with_spaces_quotes_and_dollars_survive(cli, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    tricky = ["a b", "it's", '"quoted"', "$HOME", "`id`", "; rm -rf /", "tab\there", "*"]
+    spec = fake_spec(tmp_path, workers=2,
+                     worker_command=[sys.executable, str(FAKEROLE), *tricky],
+                     extra=f"env: {{FAKE_OUT: '{out}', WITH_SPACE: 'x y $z'}}\n")
+    result = cli.run("submit", "--wait", str(spec))
+    assert result.returncode == 0, result.stderr
+    for rank in (0, 1):
+        seen = json.loads((out / f"{rank}.json").read_text())
+        assert seen["argv"] == tricky
+        assert seen["env"]["WITH_SPACE"] == "x y $z"
+
+
+def test_environment_inherited_and_wired(cli, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = fake_spec(tmp_path, extra=f"env: {{FAKE_OUT: '{out}'}}\n")
+    result = cli.run("submit", "--wait", str(spec), env={"FROM_SUBMITTER": "yes", "PORT": "80"})
+    assert result.returncode == 0, result.stderr
+    env = json.loads((out / "0.json").read_text())["env"]
+    assert env["FROM_SUBMITTER"] == "yes"
+    assert "PORT" not in env
+    assert env["DMLC_ROLE"] == "worker" and env["DMLC_PS_ROOT_URI"] == "127.0.0.1"
+    assert env["DMLC_NODE_HOST"] == "127.0.0.1" and int(env["DMLC_PS_ROOT_PORT"]) >= 9000
+    assert env["DMLC_NUM_WORKER"] == "1" and env["DMLC_NUM_SERVER"] == "1"
+    assert env["PYTHONPATH"].split(os.pathsep)[0].endswith("/pyhook")
+
+
+def test_inherit_env_false_drops_the_submitters_variables(cli, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = fake_spec(tmp_path, extra=f"inherit_env: false\nenv: {{FAKE_OUT: '{out}'}}\n")
+    result = cli.run("submit", "--wait", str(spec), env={"FROM_SUBMITTER": "yes"})
+    assert result.returncode == 0, result.stderr
+    env = json.loads((out / "0.json").read_text())["env"]
+    assert "FROM_SUBMITTER" not in env and "PATH" in env and env["FAKE_OUT"] == str(out)
+
+
+def test_lingering_servers_are_stopped_after_workers_succeed(cli, tmp_path):
+    spec = fake_spec(tmp_path, servers=2, grace="1s")
+    result = cli.run("submit", "--wait", str(spec))
+    assert result.returncode == 0, result.stderr
+    job = result.stdout.strip().splitlines()[0]
+    status = cli.status(job)
+    assert status["state"] == "SUCCEEDED"
+    notes = {t["role"]: t["note"] for t in status["tasks"]}
+    assert "stopped after every worker succeeded" in notes["server"]
+    assert_no_processes(job)
+
+
+def test_worker_exit_code_fails_the_job_and_names_it(cli, tmp_path):
+    spec = fake_spec(tmp_path, workers=2, extra="env: {FAKE_EXIT: '3', FAKE_SLEEP: '0.5'}\n")
+    started = time.time()
+    result = cli.run("submit", "--wait", str(spec))
+    assert result.returncode == 1
+    assert time.time() - started < 20
+    assert "FAILED: worker[" in result.stderr and "exited with code 3" in result.stderr
+    assert "logs/worker-" in result.stderr
+    job = result.stdout.strip().splitlines()[0]
+    assert cli.status(job)["state"] == "FAILED"
+    assert_no_processes(job)
+
+
+def test_unstartable_command_fails_fast(cli, tmp_path):
+    spec = fake_spec(tmp_path, worker_command=["/no/such/program", "x"])
+    result = cli.run("submit", "--wait", str(spec))
+    assert result.returncode == 1
+    assert "worker[0]: cannot start '/no/such/program'" in result.stderr
+    assert_no_processes(result.stdout.split()[0])
+
+
+def test_cancel_detached_job(cli, tmp_path):
+    spec = fake_spec(tmp_path, extra="env: {FAKE_SLEEP: '600'}\n", grace="2s")
+    job = cli.submit(spec)
+    run_dir = cli.home / "runs" / job
+    wait_for(lambda: (task_record(run_dir, "worker", 0) or {}).get("state") == "RUNNING", 30,
+             "the worker to run")
+    assert cli.status(job)["state"] == "RUNNING"
+    result = cli.run("cancel", job)
+    assert result.returncode == 0, result.stderr
+    assert cli.status(job)["state"] == "CANCELLED"
+    assert_no_processes(job, timeout=0)
+    again = cli.run("cancel", job)
+    assert again.returncode == 0 and "already ended" in again.stderr
+    assert cli.status(job)["state"] == "CANCELLED"
+
+
+def test_startup_deadline_names_tasks_that_never_started(cli, tmp_path):
+    # Two slots for three tasks: the worker never gets one.
+    spec = fake_spec(tmp_path, startup="3s", extra="backends: {local: {slots: 2}}\n")
+    started = time.time()
+    result = cli.run("submit", "--wait", str(spec))
+    elapsed = time.time() - started
+    assert result.returncode == 1
+    assert "startup deadline (3s) passed" in result.stderr and "worker[0]" in result.stderr
+    assert elapsed < 3 + 5 + 2
+    job = result.stdout.split()[0]
+    tasks = {t["role"]: t["state"] for t in cli.status(job)["tasks"]}
+    assert tasks["worker"] == "CANCELLED"
+    assert_no_processes(job)
+
+
+def test_killed_supervisor_is_detected(cli, tmp_path):
+    spec = fake_spec(tmp_path, extra="env: {FAKE_SLEEP: '600'}\n")
+    job = cli.submit(spec)
+    run_dir = cli.home / "runs" / job
+    record = wait_for(lambda: (task_record(run_dir, "server", 0) or {}).get("state") == "RUNNING"
+                      and task_record(run_dir, "server", 0), 30, "the server to run")
+    os.kill(record["supervisor_pid"], signal.SIGKILL)
+    result = cli.run("wait", job, "--timeout", "30")
+    assert result.returncode == 1
+    # Whoever notices first names it: the manager (killed by SIGKILL) or wait (lost).
+    assert re.search(r"FAILED: .*server\[0\] (was killed by SIGKILL|lost)", result.stderr)
+    assert_no_processes(job)
+
+
+def test_walltime_is_enforced(cli, tmp_path):
+    spec = fake_spec(tmp_path, extra="env: {FAKE_SLEEP: '600'}\nresources: {walltime: 2s}\n")
+    result = cli.run("submit", "--wait", str(spec))
+    assert result.returncode == 1
+    assert "exceeded its walltime of 2s" in result.stderr
+    assert_no_processes(result.stdout.split()[0])
+
+
+def test_ctrl_c_on_attached_submit_cancels(cli, tmp_path):
+    spec = fake_spec(tmp_path, extra="env: {FAKE_SLEEP: '600'}\n")
+    proc = cli.popen("submit", "--wait", str(spec))
+    job = proc.stdout.readline().strip()
+    run_dir = cli.home / "runs" / job
+    wait_for(lambda: (task_record(run_dir, "worker", 0) or {}).get("state") == "RUNNING", 30,
+             "the worker to run")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "CANCELLED" in err
+    assert cli.status(job)["state"] == "CANCELLED"
+    assert_no_processes(job, timeout=0)
+
+
+def test_status_logs_and_list(cli, tmp_path):
+    spec = fake_spec(tmp_path, workers=2)
+    result = cli.run("submit", "--wait", str(spec))
+    job = result.stdout.split()[0]
+    table = cli.run("status", job).stdout
+    assert f"job {job}  backend local  state SUCCEEDED" in table
+    assert "worker[1]" in table and "SUCCEEDED" in table
+    logs = cli.run("logs", job).stdout
+    assert "worker[0]    | mxbatch supervisor worker[0]: exited with code 0" in logs
+    one = cli.run("logs", job, "--role", "worker", "--rank", "1").stdout
+    assert one.startswith("mxbatch supervisor worker[1]: starting")
+    listing = cli.run("list").stdout
+    assert job in listing and "SUCCEEDED" in listing
+    assert cli.run("status", "no-such-job").returncode == 4
+
+
+def test_render_prints_tasks_without_creating_anything(cli, tmp_path):
+    spec = fake_spec(tmp_path, workers=2)
+    result = cli.run("render", str(spec))
+    assert result.returncode == 0, result.stderr
+    assert "task 3: worker[1]" in result.stdout and "DMLC_ROLE=worker" in result.stdout
+    assert "runtime.pyz manage" in result.stdout
+    assert cli.run_dirs() == []
+
+
+def test_run_directory_is_private(cli, tmp_path):
+    spec = fake_spec(tmp_path)
+    job = cli.run("submit", "--wait", str(spec)).stdout.split()[0]
+    assert (cli.home / "runs" / job).stat().st_mode & 0o777 == 0o700
+    assert (cli.home / "jobs").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("count", [3])
+def test_launch_style_command(cli, tmp_path, count):
+    result = cli.run("launch", "-n", str(count), "-s", "1", "--grace", "1s", "--",
+                     sys.executable, str(FAKEROLE), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    job = result.stdout.split()[0]
+    assert len([t for t in cli.status(job)["tasks"] if t["role"] == "worker"]) == count

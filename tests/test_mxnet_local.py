@@ -1,0 +1,127 @@
+"""Real MXNet dist_sync jobs through the local backend: success, and every failure path
+killing or crashing a real role, each ending fast and leaving no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import EXAMPLES, assert_no_processes, task_record, wait_for
+
+pytestmark = pytest.mark.mxnet
+
+EXAMPLE = EXAMPLES / "mlp-ps.yaml"
+
+
+def worker_summary(output: str):
+    """{kv rank: (num_workers, [epoch losses])} from the example's worker lines."""
+    seen = {}
+    for match in re.finditer(r"\[worker rank=(\d+)\] kvstore=dist_sync rank=\d+ "
+                             r"num_workers=(\d+)", output):
+        seen[int(match.group(1))] = (int(match.group(2)), [])
+    for match in re.finditer(r"\[worker rank=(\d+)\] epoch \d+ loss ([\d.]+)", output):
+        seen[int(match.group(1))][1].append(float(match.group(2)))
+    return seen
+
+
+def assert_trained(output: str) -> None:
+    summary = worker_summary(output)
+    assert sorted(summary) == [0, 1], output  # distinct ranks
+    for num_workers, losses in summary.values():
+        assert num_workers == 2
+        assert len(losses) >= 2 and losses[-1] < losses[0], losses
+
+
+def test_example_job_trains_with_submit_wait(cli):
+    result = cli.run("submit", "--wait", str(EXAMPLE), env={"EPOCHS": "3"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_trained(result.stdout)
+    job = result.stdout.split()[0]
+    assert cli.status(job)["state"] == "SUCCEEDED"
+    assert_no_processes(job)
+
+
+def test_example_job_trains_with_launch(cli):
+    result = cli.run("launch", "-n", "2", "-s", "2", "--", "python3", "train_mlp.py",
+                     "--kvstore", "dist_sync", "--epochs", "3", cwd=EXAMPLES)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_trained(result.stdout)
+    assert_no_processes(result.stdout.split()[0])
+
+
+def test_uncaught_exception_in_one_worker_fails_the_job_fast(cli):
+    # kv rank 1 raises after 20 steps while the other worker keeps training
+    env = {"CRASH_RANK": "1", "CRASH_AFTER_STEPS": "20", "STEP_SLEEP": "0.02", "EPOCHS": "50"}
+    result = cli.run("submit", "--wait", str(EXAMPLE), env=env)
+    ended = time.time()
+    assert result.returncode == 1
+    assert "RuntimeError: simulated crash on worker rank 1" in result.stdout
+    assert re.search(r"FAILED: worker\[\d\] exited with code 1", result.stderr)
+    job = result.stdout.split()[0]
+    abort = json.loads((cli.home / "runs" / job / "abort.json").read_text())
+    assert ended - abort["at"] < 10
+    status = cli.status(job)
+    assert status["state"] == "FAILED" and "exited with code 1" in status["reason"]
+    assert_no_processes(job)
+
+
+def _start_long_job(cli) -> tuple:
+    env = {"STEP_SLEEP": "0.05", "EPOCHS": "100"}
+    job = cli.submit(EXAMPLE, env=env)
+    run_dir = cli.home / "runs" / job
+    wait_for(lambda: "first step" in _read(run_dir / "logs" / "worker-0.log"), 60,
+             "the first training step")
+    return job, run_dir
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.parametrize("role,rank", [("worker", 0), ("server", 1), ("scheduler", 0)])
+def test_killed_role_fails_the_job_fast(cli, role, rank):
+    job, run_dir = _start_long_job(cli)
+    victim = task_record(run_dir, role, rank)["pid"]
+    os.kill(victim, signal.SIGKILL)
+    killed = time.time()
+    result = cli.run("wait", job, "--timeout", "60")
+    assert result.returncode == 1
+    assert time.time() - killed < 10
+    assert f"FAILED: {role}[{rank}] was killed by SIGKILL" in result.stderr
+    status = cli.status(job)
+    assert status["state"] == "FAILED" and f"{role}[{rank}]" in status["reason"]
+    assert_no_processes(job)
+
+
+def test_startup_deadline_when_workers_never_start(cli, tmp_path):
+    # Three slots: the scheduler and both servers start, the workers never do.
+    spec = tmp_path / "starved.yaml"
+    spec.write_text(EXAMPLE.read_text().replace("startup_timeout: 5m", "startup_timeout: 20s")
+                    .replace("workdir: .", f"workdir: {EXAMPLES}")
+                    + "backends:\n  local: {slots: 3}\n")
+    started = time.time()
+    result = cli.run("submit", "--wait", str(spec))
+    elapsed = time.time() - started
+    assert result.returncode == 1
+    assert "startup deadline (20s) passed" in result.stderr
+    assert "worker[0], worker[1]" in result.stderr
+    assert 20 <= elapsed < 20 + 5 + 3  # + CLI start-up
+    assert_no_processes(result.stdout.split()[0])
+
+
+def test_cancel_running_training(cli):
+    job, _ = _start_long_job(cli)
+    result = cli.run("cancel", job)
+    assert result.returncode == 0
+    assert cli.status(job)["state"] == "CANCELLED"
+    assert_no_processes(job, timeout=0)
+    assert cli.run("cancel", job).returncode == 0

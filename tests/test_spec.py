@@ -1,0 +1,226 @@
+"""The job spec: defaults, overrides, and the bad-input table (exit 2, nothing created)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mxbatch import spec as specs
+from mxbatch.errors import SpecError
+from mxbatch.spec import Role
+
+from .conftest import assert_no_processes
+
+GOOD = """\
+name: demo
+command: python3 train.py --kvstore dist_sync
+env: {A: 1, B: "two"}
+resources: {cpus: 2, memory: 2G, walltime: 1h30m}
+roles:
+  server: {count: 3}
+  worker:
+    count: 4
+    resources: {cpus: 4, gpus: 1}
+    env: {W: yes}
+network: {interface: lo, ports: 9100-9200}
+rendezvous: {dir: runs, startup_timeout: 20s, grace: 5s}
+backends:
+  local: {slots: 3}
+"""
+
+
+def test_good_spec_parses_with_defaults_and_overrides(tmp_path):
+    spec = specs.parse(GOOD, tmp_path / "demo.yaml")
+    assert spec.name == "demo"
+    assert spec.role(Role.WORKER).count == 4
+    assert spec.role(Role.SERVER).count == 3
+    assert spec.role(Role.SCHEDULER).count == 1
+    assert spec.role(Role.WORKER).command == ("python3", "train.py", "--kvstore", "dist_sync")
+    assert spec.role(Role.WORKER).resources == specs.Resources(cpus=4, memory_mib=2048, gpus=1,
+                                                               walltime_s=5400)
+    assert spec.role(Role.SERVER).resources.cpus == 2
+    assert spec.env == {"A": "1", "B": "two"}
+    assert spec.role(Role.WORKER).env == {"W": "true"}
+    assert spec.network == specs.NetworkSpec(interface="lo", port_low=9100, port_high=9200)
+    assert spec.rendezvous.dir == (tmp_path / "runs").resolve()
+    assert spec.rendezvous.startup_timeout_s == 20
+    assert spec.workdir == tmp_path.resolve()
+    assert spec.backends == {"local": {"slots": 3}}
+
+
+def test_minimal_spec_defaults(tmp_path, home):
+    spec = specs.parse("command: [python3, t.py]\n", tmp_path / "my job.yaml")
+    assert spec.name == "my-job"
+    assert spec.role(Role.WORKER).count == 1
+    assert spec.role(Role.SERVER).count == 1
+    assert spec.inherit_env is True
+    assert spec.rendezvous.dir == home / "runs"
+
+
+def test_server_count_defaults_to_worker_count(tmp_path):
+    spec = specs.parse("command: x\nroles: {worker: {count: 3}}\n", tmp_path / "j.yaml")
+    assert spec.role(Role.SERVER).count == 3
+
+
+def test_count_overrides(tmp_path):
+    spec = specs.parse("command: x\n", tmp_path / "j.yaml")
+    spec = specs.with_counts(spec, workers=5, servers=2)
+    assert (spec.role(Role.WORKER).count, spec.role(Role.SERVER).count) == (5, 2)
+    with pytest.raises(SpecError, match="-n/--workers"):
+        specs.with_counts(spec, workers=0)
+
+
+# (spec text, line, key, words the message must contain)
+BAD_SPECS = [
+    ("malformed", "name: demo\ncommand: [python3\n", 3, None, "malformed YAML"),
+    ("unknown key", "name: demo\ncomand: python3 t.py\n", 2, "comand", "did you mean 'command'"),
+    ("nested typo", "command: x\nroles:\n  worker:\n    cuont: 2\n", 4, "roles.worker.cuont",
+     "did you mean 'count'"),
+    ("wrong type", "command: x\nroles:\n  worker: {count: two}\n", 3, "roles.worker.count",
+     "whole number"),
+    ("zero workers", "command: x\nroles:\n  worker:\n    count: 0\n", 4, "roles.worker.count",
+     "at least 1"),
+    ("negative servers", "command: x\nroles: {server: {count: -2}}\n", 2, "roles.server.count",
+     "at least 1"),
+    ("missing command", "name: demo\nroles: {worker: {count: 2}}\n", None, "command", "missing"),
+    ("empty command", "name: demo\ncommand: []\n", 2, "command", "empty"),
+    ("nonexistent workdir", "command: x\nworkdir: no/such/dir\n", 2, "workdir",
+     "no such directory"),
+    ("bad duration", "command: x\nrendezvous:\n  startup_timeout: 10 parsecs\n", 3,
+     "rendezvous.startup_timeout", "duration"),
+    ("bad port range", "command: x\nnetwork:\n  ports: 9999-9000\n", 3, "network.ports",
+     "port range"),
+    ("privileged ports", "command: x\nnetwork: {ports: 80-90}\n", 2, "network.ports",
+     "1024-65535"),
+    ("unknown backend", "command: x\nbackends:\n  sgee: {queue: all.q}\n", 3, "backends.sgee",
+     "did you mean 'sge'"),
+    ("bad memory", "command: x\nresources: {memory: lots}\n", 2, "resources.memory", "size"),
+    ("two schedulers", "command: x\nroles:\n  scheduler: {count: 2}\n", 3,
+     "roles.scheduler.count", "exactly 1"),
+    ("roles not a mapping", "command: x\nroles: [worker]\n", 2, "roles", "mapping"),
+    ("bad env name", "command: x\nenv: {1BAD: x}\n", 2, "env", "not a valid"),
+    ("unknown backend option", "command: x\nbackends:\n  local: {slot: 2}\n", 3,
+     "backends.local.slot", "did you mean 'slots'"),
+    ("container not yet", "command: x\ncontainer: {image: foo}\n", 2, "container",
+     "not supported"),
+]
+
+
+@pytest.mark.parametrize("text,line,key,words", [c[1:] for c in BAD_SPECS],
+                         ids=[c[0] for c in BAD_SPECS])
+def test_bad_spec_exits_2_and_names_file_line_key(cli, tmp_path, text, line, key, words):
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    result = cli.run("submit", str(path))
+    assert result.returncode == 2, result.stderr
+    message = result.stderr
+    assert str(path) in message
+    if line is not None:
+        assert f"{path}:{line}:" in message
+    if key is not None:
+        assert f" {key}:" in message
+    assert words in message
+    assert result.stdout == ""
+    assert cli.run_dirs() == []
+    assert not (cli.home / "jobs").exists() or list((cli.home / "jobs").iterdir()) == []
+
+
+def test_unknown_interface_exits_2(cli, tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("command: x\nnetwork:\n  interface: nosuch0\n")
+    result = cli.run("submit", str(path))
+    assert result.returncode == 2
+    assert f"{path}:3: network.interface: no network interface 'nosuch0'" in result.stderr
+    assert cli.run_dirs() == []
+
+
+def test_rendezvous_dir_not_writable_exits_2(cli, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    path = tmp_path / "job.yaml"
+    path.write_text(f"command: x\nrendezvous:\n  dir: {blocker}/runs\n")
+    result = cli.run("submit", str(path))
+    assert result.returncode == 2
+    assert f"{path}:3: rendezvous.dir: cannot create run directories" in result.stderr
+    assert not (cli.home / "runs").exists()
+
+
+def test_unknown_backend_flag_exits_2(cli, tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("command: x\n")
+    result = cli.run("submit", str(path), "--backend", "nosuch")
+    assert result.returncode == 2
+    assert "unknown backend 'nosuch'" in result.stderr and "local" in result.stderr
+    assert cli.run_dirs() == []
+
+
+def test_missing_spec_file_exits_2(cli, tmp_path):
+    result = cli.run("submit", str(tmp_path / "nope.yaml"))
+    assert result.returncode == 2
+    assert "nope.yaml" in result.stderr and "cannot read" in result.stderr
+
+
+def test_bad_worker_flag_exits_2(cli, tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("command: x\n")
+    result = cli.run("submit", str(path), "-n", "0")
+    assert result.returncode == 2
+    assert "-n/--workers" in result.stderr
+    assert cli.run_dirs() == []
+
+
+def test_nothing_started_for_bad_input(cli, tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("name: nothing-started\ncommand: x\nroles: {worker: {count: 0}}\n")
+    assert cli.run("submit", str(path)).returncode == 2
+    assert_no_processes("nothing-started", timeout=0)
+
+
+# ------------------------------------------------------------------------ property test
+
+KEYS = ["name", "command", "workdir", "env", "inherit_env", "resources", "roles", "network",
+        "rendezvous", "backends", "container", "cpus", "memory", "gpus", "walltime",
+        "scheduler", "server", "worker", "count", "interface", "ports", "dir",
+        "startup_timeout", "grace", "local", "sge", "slots", "A", "x"]
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6),
+                    st.floats(allow_nan=True), st.text(max_size=12),
+                    st.sampled_from(["1h", "10m", "9000-9999", "2G", "python3 t.py", ".",
+                                     "-1", "0", "lo", "1:00:00", "'", "\"", "$HOME"]))
+documents = st.recursive(
+    scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.dictionaries(st.one_of(st.sampled_from(KEYS), st.text(max_size=6)), children,
+                        max_size=6)),
+    max_leaves=25)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(documents)
+def test_random_documents_raise_only_spec_error(tmp_path, home, document):
+    text = yaml.safe_dump(document)
+    try:
+        specs.parse(text, tmp_path / "random.yaml")
+    except SpecError:
+        pass
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(max_size=200))
+def test_random_text_raises_only_spec_error(tmp_path, home, text):
+    try:
+        specs.parse(text, tmp_path / "random.yaml")
+    except SpecError as exc:
+        assert re.match(r".*random\.yaml", str(exc))
+
+
+def test_example_spec_is_valid(home):
+    spec = specs.load(Path(__file__).resolve().parent.parent / "examples" / "mlp-ps.yaml")
+    assert (spec.role(Role.SERVER).count, spec.role(Role.WORKER).count) == (2, 2)
