@@ -1,0 +1,195 @@
+"""mxbatch vs MXNet's own launch.py (--launcher local), side by side in one run.
+
+Same training script (examples/train_mlp.py), same counts (2 servers, 2 workers).
+For each launcher and repetition it measures:
+  - first step: seconds from launch to the first training step of the slower worker
+  - wall: seconds from launch until the launcher exits
+  - launcher RSS: peak summed RSS of the launcher's own processes (everything it
+    started except the MXNet role processes, i.e. those with DMLC_ROLE set; for
+    launch.py that leaves the tracker, for mxbatch the CLI, the job manager and
+    the supervisors), sampled every 50 ms
+  - crash: a worker raising after 20 steps; the launcher's exit code and how long it
+    took to exit (launch.py is stopped after --crash-timeout seconds if it hangs)
+
+    .venv/bin/python bench/local_vs_launchpy.py [--repeat 3] [--crash-timeout 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+TRAIN = ["python3", "train_mlp.py", "--kvstore", "dist_sync", "--epochs", "3"]
+
+LAUNCH_PY_SHIM = (
+    "import runpy, sys, threading\n"
+    "threading.Thread.isAlive = threading.Thread.is_alive  # launch.py predates Python 3.9\n"
+    "import importlib.util, os\n"
+    "package = importlib.util.find_spec('mxnet').submodule_search_locations[0]\n"
+    "path = os.path.join(package, 'tools', 'launch.py')\n"
+    "sys.argv = [path] + sys.argv[1:]\n"
+    "runpy.run_path(path, run_name='__main__')\n"
+)
+
+
+def launch_py_argv() -> List[str]:
+    return [sys.executable, "-c", LAUNCH_PY_SHIM, "-n", "2", "-s", "2", "--launcher", "local",
+            " ".join(TRAIN)]
+
+
+def mxbatch_argv() -> List[str]:
+    return [sys.executable, "-m", "mxbatch", "launch", "-n", "2", "-s", "2", "--grace", "5s",
+            "--", *TRAIN]
+
+
+def _children() -> Dict[int, List[int]]:
+    tree: Dict[int, List[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_bytes()
+            ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        tree.setdefault(ppid, []).append(int(entry))
+    return tree
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _is_role(pid: int) -> bool:
+    """An MXNet role process (scheduler, server or worker): both launchers set DMLC_ROLE."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(v.startswith(b"DMLC_ROLE=") for v in environ)
+
+
+def launcher_rss_kib(root: int, job_id: Optional[str]) -> int:
+    """Summed RSS of the launcher's processes (not roles), found through the process tree
+    and, for mxbatch's detached job manager, through MXBATCH_JOB_ID."""
+    tree = _children()
+    todo, seen = [root], set()
+    if job_id:
+        from mxbatch.procs import job_processes
+
+        todo += job_processes(job_id)
+    total = 0
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        todo += tree.get(pid, [])
+        if not _is_role(pid):
+            total += _rss_kib(pid)
+    return total
+
+
+def run_once(argv: List[str], env: Dict[str, str], timeout: float) -> dict:
+    t0 = time.time()
+    env = dict(env, LAUNCH_T0=repr(t0))
+    out = tempfile.TemporaryFile()
+    proc = subprocess.Popen(argv, cwd=EXAMPLES, env=env, stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    peak, job_id, hung = 0, None, False
+    while proc.poll() is None:
+        if time.time() - t0 > timeout:
+            hung = True
+            break
+        if job_id is None:
+            out.seek(0)
+            match = re.search(rb"submitted (\S+) to local", out.read())
+            job_id = match.group(1).decode() if match else None
+        peak = max(peak, launcher_rss_kib(proc.pid, job_id))
+        time.sleep(0.05)
+    wall = time.time() - t0
+    if hung:
+        _kill_everything(proc.pid)
+    proc.wait()
+    out.seek(0)
+    text = out.read().decode(errors="replace")
+    firsts = [float(x) for x in re.findall(r"first step at ([\d.]+)s after launch", text)]
+    return {"rc": None if hung else proc.returncode, "wall": wall, "hung": hung,
+            "first": max(firsts) if len(firsts) == 2 else None, "rss_mib": peak / 1024,
+            "workers_ok": len(re.findall(r"done after \d+ steps", text))}
+
+
+def _kill_everything(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    # launch.py's roles run in the same session; sweep anything of ours that is left
+    subprocess.run(["pkill", "-9", "-f", "train_mlp.py"], check=False)
+
+
+def fmt(values: List[Optional[float]], unit: str = "s") -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.2f}{unit}"
+    return f"{statistics.median(values):.2f}{unit} (min {min(values):.2f}, max {max(values):.2f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--crash-timeout", type=float, default=60.0)
+    args = parser.parse_args()
+    home = tempfile.mkdtemp(prefix="mxbatch-bench-")
+    env = dict(os.environ, MXBATCH_HOME=home, OMP_NUM_THREADS="1",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    launchers = {"launch.py": launch_py_argv(), "mxbatch": mxbatch_argv()}
+    results: Dict[str, List[dict]] = {name: [] for name in launchers}
+    for _ in range(args.repeat):
+        for name, argv in launchers.items():  # interleaved: same machine state for both
+            results[name].append(run_once(argv, env, timeout=300))
+    crash_env = dict(env, CRASH_RANK="1", CRASH_AFTER_STEPS="20", EPOCHS="50")
+    crashes = {name: run_once(argv, crash_env, args.crash_timeout)
+               for name, argv in launchers.items()}
+
+    print(f"\n2 servers + 2 workers, dist_sync, 3 epochs, {args.repeat} runs each "
+          f"(median, min, max); machine: {os.cpu_count()} cores\n")
+    rows = [("", *launchers)]
+    rows.append(("exit codes", *(" ".join(str(r["rc"]) for r in results[n]) for n in launchers)))
+    rows.append(("workers finished", *(" ".join(str(r["workers_ok"]) for r in results[n])
+                                       for n in launchers)))
+    rows.append(("launch -> first step (slower worker)",
+                 *(fmt([r["first"] for r in results[n]]) for n in launchers)))
+    rows.append(("wall time", *(fmt([r["wall"] for r in results[n]]) for n in launchers)))
+    rows.append(("launcher peak RSS", *(fmt([r["rss_mib"] for r in results[n]], " MiB")
+                                        for n in launchers)))
+    rows.append(("worker raises after 20 steps",
+                 *(("HUNG, killed after %.0fs" % crashes[n]["wall"]) if crashes[n]["hung"]
+                   else "exit %s after %.1fs" % (crashes[n]["rc"], crashes[n]["wall"])
+                   for n in launchers)))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(3)]
+    for row in rows:
+        print("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)))
+
+
+if __name__ == "__main__":
+    main()
