@@ -155,7 +155,7 @@ def render(spec_file: Path, backend: str, workers: Optional[int],
     """Print exactly what submit would run (per-task argv and env, job scripts)."""
     spec = specs.load(spec_file)
     _, submission = jobs.prepare(spec, backend, workers=workers, servers=servers,
-                                 check_run_dir=False)
+                                 for_submit=False)
     click.echo(submission.describe(), nl=False)
 
 

@@ -20,7 +20,7 @@ from .runtime.rendezvous import FileRendezvous
 from .runtime.states import AbortKind, AbortRecord
 from .status import JobState, JobStatus
 
-POLL_S = 0.25
+POLL_S = 0.1
 # Give tasks this long past the startup deadline to report it themselves.
 DEADLINE_MARGIN_S = 2.0
 

@@ -28,14 +28,16 @@ def backend_for_record(record: records.JobRecord) -> Backend:
 
 
 def prepare(spec: JobSpec, backend_name: str, *, workers: Optional[int] = None,
-            servers: Optional[int] = None, check_run_dir: bool = True
+            servers: Optional[int] = None, for_submit: bool = True
             ) -> Tuple[Backend, Submission]:
-    """Validate everything and render the submission; creates nothing."""
+    """Validate everything and render the submission; creates nothing.
+    ``for_submit``: also check that the backend is usable and the run directory creatable."""
     spec = with_counts(spec, workers=workers, servers=servers)
     backend = backend_for_spec(spec, backend_name)
     job_plan = planning.make(spec, backend_name, loopback_only=backend.loopback_only)
     backend.check(job_plan)
-    if check_run_dir:
+    if for_submit:
+        backend.check_environment()
         rundir.check_writable(job_plan)
     return backend, backend.render(job_plan)
 

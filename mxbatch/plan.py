@@ -9,6 +9,7 @@ task's own IP when it starts.
 from __future__ import annotations
 
 import dataclasses
+import os
 import secrets
 import sys
 import time
@@ -69,6 +70,7 @@ def make(spec: JobSpec, backend: str, *, job_id: Optional[str] = None,
         startup_timeout_s=spec.rendezvous.startup_timeout_s,
         grace_s=spec.rendezvous.grace_s,
         heartbeat_timeout_s=spec.rendezvous.heartbeat_timeout_s,
+        submit_path=os.environ.get("PATH") if spec.inherit_env else None,
         tasks=tasks,
     )
     return JobPlan(spec=spec, backend=backend, run=run)

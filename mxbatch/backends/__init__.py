@@ -11,8 +11,9 @@ from .base import Backend
 
 _BUILTIN: Dict[str, str] = {
     "local": "mxbatch.backends.local:LocalBackend",
+    "sge": "mxbatch.backends.sge:SgeBackend",
 }
-_PLANNED = ("sge", "slurm", "yarn")
+_PLANNED = ("slurm", "yarn")
 
 
 def names() -> List[str]:

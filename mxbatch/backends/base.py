@@ -58,7 +58,11 @@ class Backend(abc.ABC):
         return None
 
     def check(self, plan: JobPlan) -> None:
-        """Raise ``BackendUnavailable``/``SpecError`` with a hint if ``plan`` cannot run here."""
+        """Raise ``SpecError`` if ``plan`` makes no sense for this backend. No cluster I/O."""
+
+    def check_environment(self) -> None:
+        """Raise ``BackendUnavailable`` with a hint if this backend cannot submit from here
+        (missing tools or libraries). Not called by ``render``."""
 
     @abc.abstractmethod
     def render(self, plan: JobPlan) -> Submission:

@@ -20,14 +20,21 @@ _DROPPED_PREFIXES = ("DMLC_", "MXBATCH_")
 
 
 def role_environment(inherited: Mapping[str, str], inherit: bool, task_env: Mapping[str, str],
-                     rendezvous_env: Mapping[str, str], hook_dir: Optional[str]) -> Dict[str, str]:
-    """The complete environment of a role process (see the module docstring)."""
+                     rendezvous_env: Mapping[str, str], hook_dir: Optional[str],
+                     submit_path: Optional[str] = None) -> Dict[str, str]:
+    """The complete environment of a role process (see the module docstring).
+
+    ``submit_path``: the submitter's PATH, which wins over the inherited one when
+    inheriting (a batch system may have replaced it).
+    """
     env = {}
     for name, value in inherited.items():
         if name in _DROPPED or name.startswith(_DROPPED_PREFIXES):
             continue
         if inherit or name in _ALWAYS_KEPT or name.startswith(_ALWAYS_KEPT_PREFIXES):
             env[name] = value
+    if inherit and submit_path:
+        env["PATH"] = submit_path
     env.update(task_env)
     env.update(rendezvous_env)
     if hook_dir:

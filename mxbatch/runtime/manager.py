@@ -22,7 +22,7 @@ from .rendezvous import Rendezvous
 from .states import AbortKind, AbortRecord, TaskRecord, TaskState
 from .supervisor import signal_name
 
-POLL_S = 0.2
+POLL_S = 0.1
 
 
 class LocalManager:

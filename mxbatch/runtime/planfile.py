@@ -54,6 +54,10 @@ class RunPlan:
     startup_timeout_s: float = 600.0
     grace_s: float = 30.0
     heartbeat_timeout_s: float = 30.0
+    # The submitter's PATH, restored in tasks that inherit the environment: some
+    # execds (SGE here) replace PATH even with qsub -V, and then `python3` is not
+    # the submitter's (venv) Python.
+    submit_path: Optional[str] = None
     tasks: List[TaskInfo] = field(default_factory=list)
 
     @property

@@ -32,7 +32,7 @@ from .planfile import RunPlan, TaskInfo
 from .rendezvous import Backoff, Rendezvous
 from .states import AbortKind, AbortRecord, TaskRecord, TaskState
 
-POLL_S = 0.2
+POLL_S = 0.1
 HEARTBEAT_S = 1.0
 PEER_CHECK_S = 1.0
 SCHEDULER_ATTEMPTS = 3
@@ -175,7 +175,7 @@ class Supervisor:
     def _popen(self, rendezvous_env: Dict[str, str]) -> None:
         hook_dir = pyhook.install(os.path.join(self.plan.run_dir, "pyhook"))
         env = role_environment(self.environ, self.plan.inherit_env, self.task.env,
-                               rendezvous_env, hook_dir)
+                               rendezvous_env, hook_dir, self.plan.submit_path)
         self.say("starting %s" % " ".join(self.task.argv))
         try:
             self.proc = subprocess.Popen(

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# ci/clusters/sge-down.sh -- stop mxbatch's single-host Son of Grid Engine test cluster
+# (the one ci/clusters/sge-up.sh starts). Idempotent: safe when it is (partly) down.
+#
+# Order: delete every job (qdel -f -u '*'), stop sge_execd (qconf -kej: also kills
+# what still runs), kill leftover job shepherds, stop sge_qmaster (qconf -km). Each
+# daemon gets a deadline, then SIGTERM, then SIGKILL. Only the processes named in
+# SGE's own pid files (and the execd spool) are signalled, by pid.
+#
+# Usage: sge-down.sh [--wipe]
+#   --wipe   afterwards erase all cluster state (config, jobs, job ids, accounting,
+#            spool); the next sge-up.sh builds an empty cell again
+# Env:   MXBATCH_CLUSTER_STATE (/tmp/mxbatch-clusters): sge.env there is removed
+# Exit:  0 when no SGE daemon is left running; non-zero with an ERROR line.
+set -euo pipefail
+
+export SGE_ROOT=/var/lib/gridengine SGE_CELL=default
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+
+readonly COMMON=$SGE_ROOT/$SGE_CELL/common
+readonly SPOOL=/var/spool/gridengine
+readonly ENV_FILE=${MXBATCH_CLUSTER_STATE:-/tmp/mxbatch-clusters}/sge.env
+readonly GRACE=30        # seconds a daemon gets after qconf -k*, then after SIGTERM
+readonly T0=${EPOCHREALTIME/./}
+
+log() {
+    local us=$(( ${EPOCHREALTIME/./} - T0 ))
+    printf '[sge-down %3d.%01ds] %s\n' $(( us / 1000000 )) $(( us / 100000 % 10 )) "$*"
+}
+die() { log "ERROR: $*" >&2; exit 1; }
+
+# live_pids <comm> <pidfile...>: pids from the pid files that are alive and have that comm
+live_pids() {
+    local comm=$1 f p
+    shift
+    for f in "$@"; do
+        [[ -r $f ]] || continue
+        p=$(<"$f")
+        [[ $p =~ ^[0-9]+$ && $(cat "/proc/$p/comm" 2>/dev/null) == "$comm" ]] || continue
+        [[ $(awk '/^State:/{print $2}' "/proc/$p/status" 2>/dev/null) != Z ]] && echo "$p"
+    done
+    return 0
+}
+qmaster_pids() { live_pids sge_qmaster "$SPOOL/qmaster/qmaster.pid"; }
+execd_pids() { live_pids sge_execd "$SPOOL"/execd/*/execd.pid; }
+
+# all_gone <seconds> <pid...>: wait until none of the pids is alive; 1 on timeout
+all_gone() {
+    local end=$(( SECONDS + $1 )) p alive
+    shift
+    while :; do
+        alive=0
+        for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+        (( alive )) || return 0
+        (( SECONDS < end )) || return 1
+        sleep 0.2
+    done
+}
+
+# stop_pids <name> <grace> <pid...>: wait grace s, then SIGTERM, wait, then SIGKILL
+stop_pids() {
+    local name=$1 grace=$2
+    shift 2
+    (( $# )) || return 0
+    if (( grace )); then
+        all_gone "$grace" "$@" && return 0
+        log "$name ($*) still running after ${grace}s: SIGTERM"
+    else
+        log "$name ($*): SIGTERM"
+    fi
+    kill -TERM "$@" 2>/dev/null || true
+    all_gone "$GRACE" "$@" && return 0
+    log "$name ($*) still running: SIGKILL"
+    kill -KILL "$@" 2>/dev/null || true
+    all_gone 10 "$@" || die "$name ($*) survives SIGKILL"
+}
+
+qmaster_answers() { timeout 10 qconf -sss >/dev/null 2>&1; }
+no_jobs() { [[ -z $(timeout 10 qstat -u '*' 2>/dev/null) ]]; }
+
+delete_jobs() {
+    no_jobs && return 0
+    log "deleting all jobs (qdel -f -u '*')"
+    timeout 30 qdel -f -u '*' >/dev/null 2>&1 || true
+    local end=$(( SECONDS + GRACE ))
+    until no_jobs; do
+        (( SECONDS < end )) || { log "jobs still listed after ${GRACE}s; stopping anyway"; return 0; }
+        sleep 0.2
+    done
+}
+
+# job shepherds left behind by an execd that died hard: the execd spool records
+# each shepherd's pid (pid) and its job's process-group leader (job_pid)
+kill_leftover_shepherds() {
+    local d sp jp
+    for d in "$SPOOL"/execd/*/active_jobs/*/; do
+        [[ -d $d ]] || continue
+        sp=$(cat "$d/pid" 2>/dev/null || true)
+        jp=$(cat "$d/job_pid" 2>/dev/null || true)
+        [[ $sp =~ ^[0-9]+$ && $(cat "/proc/$sp/comm" 2>/dev/null) == sge_shepherd ]] || continue
+        log "killing leftover shepherd $sp and its job (process group $jp)"
+        if [[ $jp =~ ^[0-9]+$ && $(awk '/^PPid:/{print $2}' "/proc/$jp/status" 2>/dev/null) == "$sp" ]]; then
+            kill -KILL -- "-$jp" 2>/dev/null || kill -KILL "$jp" 2>/dev/null || true
+        fi
+        kill -KILL "$sp" 2>/dev/null || true
+    done
+}
+
+# any SGE daemon still alive (e.g. one whose pid file is gone)? report, never kill
+check_none_left() {
+    local c comm pid left=""
+    for c in /proc/[0-9]*/comm; do
+        read -r comm 2>/dev/null <"$c" || continue
+        case $comm in
+            sge_qmaster | sge_execd | sge_shepherd)
+                pid=${c#/proc/}
+                left+=" $comm(${pid%/comm})"
+                ;;
+        esac
+    done
+    [[ -z $left ]] || die "still running, not found in this cell's pid files:$left"
+}
+
+wipe() {
+    log "wiping cluster state ($SPOOL/{spooldb,qmaster,execd}, accounting, host_aliases)"
+    rm -rf "${SPOOL:?}"/spooldb/* "${SPOOL:?}"/qmaster/* "${SPOOL:?}"/execd/* "$SPOOL/mxbatch-daemons.log"
+    rm -f "$COMMON"/{accounting,reporting,host_aliases,act_qmaster}
+}
+
+main() {
+    local wipe=0 qm ex
+    case "${1:-}" in
+        "") ;;
+        --wipe) wipe=1 ;;
+        *) echo "usage: $0 [--wipe]" >&2; exit 2 ;;
+    esac
+    [[ $(id -u) == 0 ]] || die "must run as root"
+    rm -f "$ENV_FILE"
+    mapfile -t qm < <(qmaster_pids)
+    mapfile -t ex < <(execd_pids)
+    if (( ${#qm[@]} + ${#ex[@]} == 0 )); then
+        log "no sge_qmaster or sge_execd running"
+    elif (( ${#qm[@]} )) && qmaster_answers; then
+        delete_jobs
+        if (( ${#ex[@]} )); then
+            log "stopping sge_execd ${ex[*]} (qconf -kej all)"
+            timeout 30 qconf -kej all >/dev/null 2>&1 || kill -TERM "${ex[@]}" 2>/dev/null || true
+            stop_pids sge_execd "$GRACE" "${ex[@]}"
+        fi
+        kill_leftover_shepherds
+        log "stopping sge_qmaster ${qm[*]} (qconf -km; its shutdown takes ~5-10 s)"
+        timeout 30 qconf -km >/dev/null 2>&1 || kill -TERM "${qm[@]}" 2>/dev/null || true
+        stop_pids sge_qmaster "$GRACE" "${qm[@]}"
+    else
+        # no qmaster to talk to: SIGTERM is the daemons' own controlled shutdown
+        log "no answering sge_qmaster (pid file: ${qm[*]:-none}); stopping the daemons by signal"
+        stop_pids "SGE daemons" 0 "${ex[@]}" "${qm[@]}"
+        kill_leftover_shepherds
+    fi
+    check_none_left
+    log "SGE daemons stopped"
+    if (( wipe )); then wipe; fi
+    log "done"
+}
+
+main "$@"

@@ -1,0 +1,460 @@
+#!/usr/bin/env bash
+# ci/clusters/sge-up.sh -- bring up mxbatch's single-host Son of Grid Engine test cluster.
+#
+# Uses Debian 12's Son of Grid Engine 8.1.9 packages (installed if missing) and
+# runs sge_qmaster + sge_execd on this host, as root, without systemd. Idempotent:
+# safe when the cluster is down, half up or already up; it converges the config.
+#
+# What you get:
+#   queue  all.q          SGE_SLOTS slots (8): where every job runs by default
+#   queue  $SGE_SMALL_QUEUE  SGE_SMALL_SLOTS slots (tiny.q, 2): only jobs that request
+#                         `-l small` run there, and `-l small -pe smp 3` pends forever
+#                         (`-q tiny.q` alone pends forever too; DRMAA submits with
+#                         -w e and rejects a job that can never fit: add -w n)
+#   PE     smp            allocation_rule $pe_slots, in both queues (qsub -pe smp N)
+#   root may submit (min_uid/min_gid 0); no load thresholds; the scheduler runs
+#   every second and on each submit/finish (`qsub -sync y -b y true` takes ~1 s)
+#   ${MXBATCH_CLUSTER_STATE:-/tmp/mxbatch-clusters}/sge.env: shell exports for tests
+#
+# Usage: sge-up.sh [--fresh]          --fresh: `sge-down.sh --wipe` first
+# Env:   SGE_SLOTS (8)  SGE_SMALL_QUEUE (tiny.q; empty: none)  SGE_SMALL_SLOTS (2)
+#        MXBATCH_SGE_TIMEOUT (120 s, per wait)  MXBATCH_CLUSTER_STATE (/tmp/mxbatch-clusters)
+# Exit:  0 once `qsub -sync y -b y true` succeeded; non-zero with an ERROR line.
+set -euo pipefail
+
+export SGE_ROOT=/var/lib/gridengine SGE_CELL=default   # the Debian layout; fixed
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+export DEBIAN_FRONTEND=noninteractive
+
+readonly PACKAGES=(gridengine-master gridengine-exec gridengine-client gridengine-drmaa1.0)
+readonly APT_OPTS=(-q -o DPkg::Lock::Timeout=300)   # wait for a concurrent apt/dpkg
+readonly COMMON=$SGE_ROOT/$SGE_CELL/common
+readonly SPOOL=/var/spool/gridengine          # fixed by the package's bootstrap file
+readonly SGEBIN=/usr/lib/gridengine
+readonly ADMIN=sgeadmin
+readonly DRMAA_LIB=/usr/lib/gridengine-drmaa/lib/libdrmaa.so.1.0
+readonly MAIN_QUEUE=all.q
+readonly SLOTS=${SGE_SLOTS:-8}
+readonly SMALL_QUEUE=${SGE_SMALL_QUEUE-tiny.q}
+readonly SMALL_SLOTS=${SGE_SMALL_SLOTS:-2}
+readonly TIMEOUT=${MXBATCH_SGE_TIMEOUT:-120}
+readonly STATE_DIR=${MXBATCH_CLUSTER_STATE:-/tmp/mxbatch-clusters}
+readonly ENV_FILE=$STATE_DIR/sge.env
+readonly DAEMON_LOG=$SPOOL/mxbatch-daemons.log
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+readonly HERE
+readonly T0=${EPOCHREALTIME/./}
+
+WORK=$(mktemp -d /tmp/sge-up.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+
+log() {
+    local us=$(( ${EPOCHREALTIME/./} - T0 ))
+    printf '[sge-up %3d.%01ds] %s\n' $(( us / 1000000 )) $(( us / 100000 % 10 )) "$*"
+}
+die() { log "ERROR: $*" >&2; exit 1; }
+
+# run an SGE client command with a deadline; on failure die with its output
+must() {
+    local out
+    out=$(timeout 30 "$@" 2>&1) || die "'$*' failed: ${out:-timed out}"
+}
+
+# wait_for_quiet <seconds> <cmd...>: poll cmd every 0.2 s; 1 if it never succeeded
+wait_for_quiet() {
+    local end=$(( SECONDS + $1 ))
+    shift
+    until "$@" >/dev/null 2>&1; do
+        (( SECONDS < end )) || return 1
+        sleep 0.2
+    done
+}
+# wait_for <seconds> <what> <cmd...>: the same, but die on timeout
+wait_for() {
+    local secs=$1 what=$2
+    shift 2
+    wait_for_quiet "$secs" "$@" || die "timeout (${secs}s) waiting for $what"
+}
+
+# live_pids <comm> <pidfile...>: pids from the pid files that are alive and have that comm
+live_pids() {
+    local comm=$1 f p
+    shift
+    for f in "$@"; do
+        [[ -r $f ]] || continue
+        p=$(<"$f")
+        [[ $p =~ ^[0-9]+$ && $(cat "/proc/$p/comm" 2>/dev/null) == "$comm" ]] || continue
+        [[ $(awk '/^State:/{print $2}' "/proc/$p/status" 2>/dev/null) != Z ]] && echo "$p"
+    done
+    return 0
+}
+qmaster_pids() { live_pids sge_qmaster "$SPOOL/qmaster/qmaster.pid"; }
+execd_pids() { live_pids sge_execd "$SPOOL"/execd/*/execd.pid; }   # dir = execd's own name
+
+# ---------------------------------------------------------------- packages
+install_packages() {
+    local missing=() p
+    for p in "${PACKAGES[@]}"; do
+        [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == 'install ok installed' ]] || missing+=("$p")
+    done
+    if (( ${#missing[@]} == 0 )); then
+        log "packages present: ${PACKAGES[*]}"
+        return
+    fi
+    # (never `cmd | grep -q` under pipefail: grep exits at the first match, cmd may
+    # die of SIGPIPE and the pipeline then counts as failed)
+    local policy
+    policy=$(apt-cache policy "${missing[@]}" 2>/dev/null || true)
+    if (( $(grep -c 'Candidate: [0-9]' <<<"$policy") < ${#missing[@]} )); then
+        log "no install candidate for ${missing[*]}: apt-get update"
+        apt-get "${APT_OPTS[@]}" update >"$WORK/apt.log" 2>&1 ||
+            { tail -n 20 "$WORK/apt.log" >&2; die "apt-get update failed"; }
+    fi
+    log "installing ${missing[*]}"
+    # Debian's postinst starts no daemon here (policy-rc.d / no init system) and
+    # leaves act_qmaster empty; everything after this step works either way.
+    apt-get "${APT_OPTS[@]}" install -y --no-install-recommends "${missing[@]}" >"$WORK/apt.log" 2>&1 ||
+        { tail -n 20 "$WORK/apt.log" >&2; die "apt-get install ${missing[*]} failed"; }
+    for p in sge_qmaster sge_execd qconf qsub spoolinit spooldefaults gethostname gethostbyaddr; do
+        [[ -x $SGEBIN/$p ]] || die "$SGEBIN/$p missing after installing ${PACKAGES[*]}"
+    done
+    [[ -r $DRMAA_LIB ]] || die "$DRMAA_LIB missing after installing gridengine-drmaa1.0"
+}
+
+# ---------------------------------------------------------------- cell
+# The packages' postinst does this on a first install; repeat it so that the
+# cell also comes back after `sge-down.sh --wipe`.
+ensure_cell() {
+    id "$ADMIN" >/dev/null 2>&1 ||
+        adduser --system --no-create-home --quiet --disabled-password --disabled-login \
+            --shell /bin/false --group --home "$SGE_ROOT" "$ADMIN"
+    install -d -o "$ADMIN" -g "$ADMIN" -m 755 "$SGE_ROOT/$SGE_CELL" "$COMMON" \
+        "$SPOOL/qmaster" "$SPOOL/qmaster/job_scripts" "$SPOOL/spooldb" "$SPOOL/execd"
+    [[ -s $COMMON/bootstrap ]] ||
+        install -m 644 -o "$ADMIN" -g "$ADMIN" /usr/share/gridengine/default-bootstrap "$COMMON/bootstrap"
+    if [[ ! -e $SPOOL/spooldb/sge ]]; then
+        log "initialising an empty cell (spool $SPOOL/spooldb)"
+        su -s /bin/sh -c "/usr/share/gridengine/scripts/init_cluster $SGE_ROOT $SGE_CELL $SPOOL/spooldb $ADMIN" \
+            "$ADMIN" >"$WORK/init.log" 2>&1 || { cat "$WORK/init.log" >&2; die "init_cluster failed"; }
+    fi
+}
+
+# install_if_changed <src> <dest>: replace dest (owned by sgeadmin) only if it differs
+install_if_changed() {
+    cmp -s "$1" "$2" 2>/dev/null || install -m 644 -o "$ADMIN" -g "$ADMIN" "$1" "$2"
+}
+
+# ---------------------------------------------------------------- host names
+# SGE's commlib rejects a client whose own name (gethostbyname(hostname()), here
+# "vm") differs from the reverse lookup of its source address (127.0.0.1 ->
+# first /etc/hosts entry, "localhost"): "access denied: client IP resolved to host
+# name "localhost". This is not identical to clients host name "vm"". Fix, without
+# editing /etc/hosts: SGE's own host_aliases file, "vm localhost".
+# Sets SELF: the SGE name of this host.
+setup_host_names() {
+    local host ip peer r aliases=""
+    host=$(hostname)
+    if ! getent ahostsv4 "$host" >/dev/null; then
+        log "hostname '$host' does not resolve: appending '127.0.0.1 $host' to /etc/hosts"
+        echo "127.0.0.1 $host" >>/etc/hosts
+    fi
+    read -r ip _ SELF < <(getent ahostsv4 "$host")    # first line: IP STREAM canonical-name
+    SELF=${SELF:-$host}
+    [[ $ip == 127.* ]] && peer=127.0.0.1 || peer=$ip   # source address of a local connect
+    for r in "$peer" "$ip"; do
+        r=$(getent hosts "$r" | awk 'NR == 1 {print $2}')
+        [[ -n $r && $r != "$SELF" && " $aliases " != *" $r "* ]] && aliases+=" $r"
+    done
+    if [[ -n $aliases ]]; then
+        echo "$SELF$aliases" >"$WORK/host_aliases"
+        install_if_changed "$WORK/host_aliases" "$COMMON/host_aliases"
+    else
+        rm -f "$COMMON/host_aliases"
+    fi
+    echo "$SELF" >"$WORK/act_qmaster"
+    install_if_changed "$WORK/act_qmaster" "$COMMON/act_qmaster"
+    # check with SGE's own resolver (it applies host_aliases)
+    local own by_addr
+    own=$("$SGEBIN/gethostname" -aname)
+    by_addr=$("$SGEBIN/gethostbyaddr" -aname "$peer")
+    [[ $own == "$by_addr" ]] ||
+        die "SGE host name mismatch: self '$own', $peer -> '$by_addr' (see /etc/hosts, $COMMON/host_aliases)"
+    log "host '$host': SGE name '$SELF' (ip $ip, aliases:${aliases:- none})"
+}
+
+# ---------------------------------------------------------------- daemons
+# Sets QMASTER_STARTED=1 when this run started it.
+start_qmaster() {
+    local pid
+    pid=$(qmaster_pids)
+    QMASTER_STARTED=0
+    if [[ -n $pid ]]; then
+        log "sge_qmaster already running (pid $pid)"
+    else
+        log "starting sge_qmaster"
+        # forks into the background and drops to sgeadmin; log: $SPOOL/qmaster/messages
+        "$SGEBIN/sge_qmaster" </dev/null >>"$DAEMON_LOG" 2>&1 ||
+            die "sge_qmaster failed to start (see $DAEMON_LOG, $SPOOL/qmaster/messages)"
+        QMASTER_STARTED=1
+    fi
+    wait_for "$TIMEOUT" "sge_qmaster to answer (qconf -sss)" timeout 10 qconf -sss
+    log "sge_qmaster answers (pid $(qmaster_pids))"
+}
+
+# pids_gone <pid...>: none of them alive any more?
+pids_gone() {
+    local p
+    for p in "$@"; do ! kill -0 "$p" 2>/dev/null || return 1; done
+}
+
+start_execd() {
+    local pids
+    mapfile -t pids < <(execd_pids)
+    if (( ${#pids[@]} )) && [[ $QMASTER_STARTED == 1 ]]; then
+        # measured: an execd that outlived its qmaster takes ~30 s to re-register
+        # with the new one, a fresh execd ~2 s. SIGTERM is the execd's controlled
+        # shutdown; running job shepherds survive it and the new execd adopts them.
+        log "restarting sge_execd (pid ${pids[*]}) so that it registers with the new qmaster"
+        kill -TERM "${pids[@]}" 2>/dev/null || true
+        if ! wait_for_quiet 30 pids_gone "${pids[@]}"; then
+            log "sge_execd ${pids[*]} ignored SIGTERM for 30 s: SIGKILL"
+            kill -KILL "${pids[@]}" 2>/dev/null || true
+            wait_for 10 "sge_execd ${pids[*]} to die" pids_gone "${pids[@]}"
+        fi
+        pids=()
+    fi
+    if (( ${#pids[@]} )); then
+        log "sge_execd already running (pid ${pids[*]})"
+        return
+    fi
+    log "starting sge_execd"
+    "$SGEBIN/sge_execd" </dev/null >>"$DAEMON_LOG" 2>&1 ||
+        die "sge_execd failed to start (see $DAEMON_LOG, $SPOOL/execd/*/messages)"
+    has_execd() { [[ -n $(execd_pids) ]]; }
+    wait_for 30 "sge_execd to write its pid file" has_execd
+    log "sge_execd started (pid $(execd_pids))"
+}
+
+# ---------------------------------------------------------------- configuration
+# qconf -s* wraps long values ("value \" newline indent): join them into one line
+# per attribute (qconf -M*/-A* accept that form) and drop blank lines.
+joined() { timeout 30 "$@" | sed -e ':a' -e '/\\$/N; s/[[:space:]]*\\\n[[:space:]]*/ /; ta' -e '/^[[:space:]]*$/d'; }
+# squeeze whitespace so that a file compares equal to qconf's column-aligned output
+squeezed() { tr -s ' \t' '  ' | sed -e 's/ *$//'; }
+# same <file> <qconf -s...>: does SGE already hold exactly this (line order ignored)?
+same() {
+    local file=$1
+    shift
+    [[ "$(joined "$@" | squeezed | sort)" == "$(squeezed <"$file" | sort)" ]]
+}
+# set_attrs <file> name=value...: rewrite attribute lines of a qconf-format file
+set_attrs() {
+    local file=$1 kv
+    shift
+    for kv in "$@"; do
+        sed -i -E "s|^${kv%%=*}[[:space:]].*|${kv%%=*} ${kv#*=}|" "$file"
+        grep -qE "^${kv%%=*} " "$file" || die "attribute ${kv%%=*} not found in $file"
+    done
+}
+
+# listed <line> <cmd...>: does the command's output contain that exact line?
+listed() {
+    local want=$1 out
+    shift
+    out=$(timeout 30 "$@" 2>/dev/null) || return 1
+    grep -qxF -- "$want" <<<"$out"
+}
+
+configure_hosts() {
+    listed "$SELF" qconf -sh || { must qconf -ah "$SELF"; log "admin host $SELF added"; }
+    listed "$SELF" qconf -ss || { must qconf -as "$SELF"; log "submit host $SELF added"; }
+    timeout 30 qconf -se "$SELF" >/dev/null 2>&1 && return
+    cat >"$WORK/exechost" <<EOF
+hostname $SELF
+load_scaling NONE
+complex_values NONE
+user_lists NONE
+xuser_lists NONE
+projects NONE
+xprojects NONE
+usage_scaling NONE
+report_variables NONE
+EOF
+    must qconf -Ae "$WORK/exechost"
+    log "exec host $SELF added"
+}
+
+# Global config, rebuilt from the package default every time so that a damaged
+# config converges back. NB: `qconf -Mconf` REPLACES the whole global config and
+# exits 0 even for garbage -- hence the full file and the check afterwards.
+configure_global() {
+    { echo "#global:"; grep -vE '^[[:space:]]*(#|$)|^conf_version' /usr/share/gridengine/default-configuration; } \
+        >"$WORK/global"
+    # root jobs (default 1000); load reports every 5 s, not 40 s (a fresh execd
+    # shows load values sooner); a dead execd noticed after 1 min, not 5; the
+    # accounting file (qacct) written at once
+    set_attrs "$WORK/global" min_uid=0 min_gid=0 load_report_time=00:00:05 max_unheard=00:01:00 \
+        "reporting_params=accounting=true reporting=false flush_time=00:00:01 joblog=false sharelog=00:00:00 accounting_flush_time=00:00:00"
+    same "$WORK/global" qconf -sconf global && return
+    must qconf -Mconf "$WORK/global"
+    same "$WORK/global" qconf -sconf global || die "global config did not take (qconf -sconf global)"
+    log "global config updated (min_uid/min_gid 0, fast load reports and accounting)"
+}
+
+configure_scheduler() {
+    joined qconf -ssconf >"$WORK/sconf" || die "qconf -ssconf failed"
+    # schedule every second and right after each submit / job end
+    set_attrs "$WORK/sconf" schedule_interval=0:0:1 flush_submit_sec=1 flush_finish_sec=1
+    same "$WORK/sconf" qconf -ssconf && return
+    must qconf -Msconf "$WORK/sconf"
+    log "scheduler config updated (schedule_interval 0:0:1, flush_submit_sec/flush_finish_sec 1)"
+}
+
+configure_pe() {
+    cat >"$WORK/smp" <<'EOF'
+pe_name smp
+slots 9999
+user_lists NONE
+xuser_lists NONE
+start_proc_args NONE
+stop_proc_args NONE
+allocation_rule $pe_slots
+control_slaves FALSE
+job_is_first_task TRUE
+urgency_slots min
+accounting_summary FALSE
+qsort_args NONE
+EOF
+    if timeout 30 qconf -sp smp >/dev/null 2>&1; then
+        same "$WORK/smp" qconf -sp smp && return
+        must qconf -Mp "$WORK/smp"
+        log "parallel environment smp updated"
+    else
+        must qconf -Ap "$WORK/smp"
+        log "parallel environment smp added"
+    fi
+}
+
+# configure_queue <name> <slots> [attr=value...]: this host, smp, no load thresholds
+configure_queue() {
+    local name=$1 slots=$2
+    shift 2
+    joined qconf -sq >"$WORK/$name" || die "qconf -sq failed"   # no argument: the queue template
+    # load_thresholds NONE: a busy 2-core box would put the queue into alarm state
+    # (np_load_avg > 1.75) and nothing would be scheduled
+    set_attrs "$WORK/$name" "qname=$name" "hostlist=$SELF" "slots=$slots" \
+        load_thresholds=NONE pe_list=smp "$@"
+    if ! timeout 30 qconf -sq "$name" >/dev/null 2>&1; then
+        must qconf -Aq "$WORK/$name"
+        log "queue $name added ($slots slots)"
+    elif ! same "$WORK/$name" qconf -sq "$name"; then
+        must qconf -Mq "$WORK/$name"
+        log "queue $name updated ($slots slots)"
+    fi
+}
+
+# SGE puts a job without -q into any queue that has room, and a $pe_slots job even
+# spreads over all queue instances of the host (measured: -pe smp 7 took 5 all.q +
+# 2 tiny.q slots). So the small queue is opt-in, server-side: it offers a FORCED
+# boolean complex `small`, and only jobs that request it (-l small) may run there.
+# (The cell-wide default request file sge_request(5) with `-q all.q` is not enough:
+# qsub replaces it with a job's own -q, but DRMAA merges them into "all.q,tiny.q".)
+configure_small_complex() {
+    local cx
+    cx=$(timeout 30 qconf -sc) || die "qconf -sc failed"
+    grep -q '^small[[:space:]]' <<<"$cx" && return
+    { printf '%s\n' "$cx"; echo "small small BOOL == FORCED NO FALSE 0"; } >"$WORK/complexes"
+    must qconf -Mc "$WORK/complexes"
+    log "complex 'small' added (BOOL, FORCED: only jobs with -l small run in $SMALL_QUEUE)"
+}
+
+configure_queues() {
+    configure_queue "$MAIN_QUEUE" "$SLOTS"
+    if [[ -n $SMALL_QUEUE ]]; then
+        configure_small_complex
+        configure_queue "$SMALL_QUEUE" "$SMALL_SLOTS" complex_values=small=TRUE
+    fi
+    # clear an error state a previous run may have left, re-enable if disabled
+    timeout 30 qmod -cq '*' >/dev/null 2>&1 || true
+    timeout 30 qmod -e '*' >/dev/null 2>&1 || true
+}
+
+# ---------------------------------------------------------------- readiness
+# a queue instance is usable when it reports load values and has no state letters
+# (u unknown, a alarm, E error, d disabled, s suspended, ...)
+queue_ok() {
+    local line
+    line=$(timeout 10 qstat -f -q "$1@$SELF" 2>/dev/null | grep "^$1@") || return 1
+    [[ $line != *-NA-* ]] && (( $(wc -w <<<"$line") <= 5 ))   # 6th column = states
+}
+
+# qsub -sync y blocks until the job ends, forever if it never starts: bound each try
+probe_job() {
+    local rc=0
+    timeout $(( TIMEOUT < 30 ? TIMEOUT : 30 )) \
+        qsub -sync y -b y -o /dev/null -e /dev/null -N mxbatch-up-probe true || rc=$?
+    if (( rc != 0 )); then
+        timeout 10 qdel -f mxbatch-up-probe >/dev/null 2>&1 || true   # don't leave it queued
+    fi
+    return $rc
+}
+
+wait_ready() {
+    local q
+    for q in "$MAIN_QUEUE" ${SMALL_QUEUE:+"$SMALL_QUEUE"}; do
+        wait_for "$TIMEOUT" "queue instance $q@$SELF to become usable (qstat -f)" queue_ok "$q"
+    done
+    log "queues usable: $MAIN_QUEUE${SMALL_QUEUE:+ $SMALL_QUEUE}"
+    wait_for "$TIMEOUT" "probe job 'qsub -sync y -b y true'" probe_job
+    log "probe job 'qsub -sync y -b y true' ran"
+}
+
+write_env_file() {
+    mkdir -p "$STATE_DIR"
+    cat >"$ENV_FILE.tmp" <<EOF
+# written by ci/clusters/sge-up.sh; removed by sge-down.sh
+export SGE_ROOT=$SGE_ROOT
+export SGE_CELL=$SGE_CELL
+export DRMAA_LIBRARY_PATH=$DRMAA_LIB
+# libdrmaa links libjemalloc, whose TLS does not fit glibc's default static TLS
+# surplus: without this, 'import drmaa' fails with "libjemalloc.so.2: cannot
+# allocate memory in static TLS block". Read at process start only. (2048 was
+# enough for python + drmaa alone; the margin is for processes that load more.)
+export GLIBC_TUNABLES=glibc.rtld.optional_static_tls=1000000
+# what sge-up.sh built
+export MXBATCH_SGE_QUEUE=$MAIN_QUEUE MXBATCH_SGE_SLOTS=$SLOTS MXBATCH_SGE_PE=smp
+export MXBATCH_SGE_SMALL_QUEUE=$SMALL_QUEUE MXBATCH_SGE_SMALL_SLOTS=${SMALL_QUEUE:+$SMALL_SLOTS}
+export MXBATCH_SGE_SMALL_REQUEST="${SMALL_QUEUE:+-l small}"
+EOF
+    mv "$ENV_FILE.tmp" "$ENV_FILE"
+    log "wrote $ENV_FILE"
+}
+
+positive() { [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, not '$2'"; }
+
+main() {
+    [[ $(id -u) == 0 ]] || die "must run as root"
+    positive SGE_SLOTS "$SLOTS"
+    positive SGE_SMALL_SLOTS "$SMALL_SLOTS"
+    positive MXBATCH_SGE_TIMEOUT "$TIMEOUT"
+    case "${1:-}" in
+        "") ;;
+        --fresh) "$HERE/sge-down.sh" --wipe ;;
+        *) echo "usage: $0 [--fresh]" >&2; exit 2 ;;
+    esac
+    install_packages
+    ensure_cell
+    setup_host_names
+    start_qmaster
+    configure_hosts
+    configure_global
+    configure_scheduler
+    configure_pe
+    configure_queues
+    start_execd
+    wait_ready
+    write_env_file
+    log "SGE cluster up: $MAIN_QUEUE ($SLOTS slots)${SMALL_QUEUE:+, $SMALL_QUEUE ($SMALL_SLOTS slots)}, PE smp; source $ENV_FILE"
+}
+
+main "$@"

@@ -1,0 +1,248 @@
+"""What the batch-queue backends (SGE, Slurm) share: one array job per role group,
+directives rendered from resources, job scripts from ``jobscripts/``, job-id parsing,
+native pass-through, all-or-nothing submission, and cancel that waits until the
+queue is empty of the job.
+
+A backend supplies the native parts: directives for a group, how to submit one
+group, how to list its tasks' native states, and how to delete job ids.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import re
+import shlex
+import shutil
+import string
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .. import rundir
+from ..errors import MxbatchError, SubmissionRejected
+from ..plan import JobPlan
+from ..records import JobRecord
+from ..runtime.planfile import RunPlan, TaskInfo
+from ..runtime.states import AbortKind, AbortRecord
+from ..spec import Role, command_text
+from ..status import JobStatus, NativeState, TaskKey, merge
+from .base import Backend, RenderedItem, Submission, load_run_plan
+
+#: how long cancel waits for the queue to forget the job's tasks
+QUEUE_DRAIN_S = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Directive:
+    """One native option: ``-pe smp 2`` is ``Directive("-pe", ("smp", "2"))``,
+    ``--mem=2048M`` is ``Directive("--mem", ("2048M",), joiner="=")``."""
+
+    flag: str
+    args: Tuple[str, ...] = ()
+    joiner: str = " "
+
+    def argv(self) -> List[str]:
+        if self.joiner == "=" and self.args:
+            return [f"{self.flag}={','.join(self.args)}"]
+        return [self.flag, *self.args]
+
+
+def native_directives(extra: Sequence[str]) -> List[Directive]:
+    """Raw user options (``native``/``extra``), passed through last and unchanged;
+    an argument starting with ``-`` begins a directive, the ones after it are its values."""
+    directives: List[Directive] = []
+    for arg in extra:
+        if arg.startswith("-") or not directives:
+            directives.append(Directive(arg))
+        else:
+            last = directives[-1]
+            directives[-1] = Directive(last.flag, last.args + (arg,), last.joiner)
+    return directives
+
+
+def directive_lines(prefix: str, directives: Sequence[Directive]) -> str:
+    """Directive lines for a job script; not shell-quoted (schedulers parse them themselves)."""
+    return "\n".join(f"{prefix} {' '.join(d.argv())}" for d in directives)
+
+
+def flat_argv(directives: Sequence[Directive]) -> List[str]:
+    return [arg for d in directives for arg in d.argv()]
+
+
+@dataclasses.dataclass(frozen=True)
+class RoleGroup:
+    """The tasks of one role, submitted as one array job."""
+
+    role: Role
+    tasks: Tuple[TaskInfo, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.tasks)
+
+    @property
+    def first(self) -> TaskInfo:
+        return self.tasks[0]
+
+
+def role_groups(run: RunPlan) -> List[RoleGroup]:
+    return [RoleGroup(role, tuple(run.tasks_of(role.value))) for role in Role
+            if run.tasks_of(role.value)]
+
+
+def render_jobscript(template: str, **values: str) -> str:
+    """Fill ``mxbatch/jobscripts/<template>`` (``string.Template``, ``${name}``)."""
+    text = resources.files("mxbatch").joinpath("jobscripts", template).read_text()
+    return string.Template(text).substitute(values)
+
+
+def parse_job_id(pattern: "re.Pattern[str]", output: str, argv: Sequence[str]) -> str:
+    """The ``job_id`` named group of ``pattern`` in a submit command's output."""
+    match = pattern.search(output)
+    if match is None:
+        raise MxbatchError(f"cannot find a job id in the output of {' '.join(argv)!r}: "
+                           f"{output.strip()!r}")
+    return match.group("job_id")
+
+
+def runtime_argv(plan: JobPlan, role: Role) -> List[str]:
+    """What each array task runs: the runtime zipapp for its role (rank from the array)."""
+    return [plan.run.python, str(plan.run_dir / "runtime.pyz"), "run", str(plan.run_dir),
+            "--role", role.value]
+
+
+def job_name(plan: JobPlan, role: Role) -> str:
+    return f"{plan.job_id}-{role.value}"
+
+
+class BatchBackend(Backend):
+    """Render/submit/status/cancel for array-job schedulers; subclasses fill in natives."""
+
+    script_template: str = ""
+
+    # -- natives
+    @abc.abstractmethod
+    def directives(self, plan: JobPlan, group: RoleGroup) -> List[Directive]:
+        """Native options for ``group`` (resources, names, output paths, extra last)."""
+
+    @abc.abstractmethod
+    def submit_groups(self, submission: Submission, scripts: Mapping[Role, Path]
+                      ) -> Dict[str, object]:
+        """Submit every group; return the record's ``native`` dict (with ``job_ids``).
+        On failure, raise after deleting what was already submitted."""
+
+    @abc.abstractmethod
+    def native_states(self, record: JobRecord, run: RunPlan
+                      ) -> Tuple[Dict[TaskKey, NativeState], Dict[TaskKey, str]]:
+        """Per task: its native state and native id (``12.3``)."""
+
+    @abc.abstractmethod
+    def delete(self, record: JobRecord, force: bool = False) -> None:
+        """Ask the scheduler to remove every task of the job (queued or running)."""
+
+    # -- shared behaviour
+    def script_for(self, plan: JobPlan, group: RoleGroup) -> str:
+        return render_jobscript(
+            self.script_template, job_id=plan.job_id, role=group.role.value,
+            count=str(group.count),
+            directives=directive_lines(self.directive_prefix, self.directives(plan, group)),
+            command=command_text(runtime_argv(plan, group.role)))
+
+    directive_prefix: str = "#"
+
+    def render(self, plan: JobPlan) -> Submission:
+        items = []
+        scripts = {}
+        for group in role_groups(plan.run):
+            script = self.script_for(plan, group)
+            scripts[group.role.value] = script
+            items.append(RenderedItem(
+                f"{group.role.value}: {group.count} task(s), job script "
+                f"{plan.run_dir / 'jobs' / (group.role.value + '.sh')}", script))
+        for task in plan.run.tasks:
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(task.env.items()))
+            items.append(RenderedItem(f"task {task.index}: {task.label}",
+                                      f"argv: {command_text(task.argv)}\nenv: {env}"))
+        return Submission(plan=plan, items=items, payload={"scripts": scripts})
+
+    def submit(self, submission: Submission) -> JobRecord:
+        plan = submission.plan
+        run_dir = rundir.create(plan)
+        jobs_dir = run_dir / "jobs"
+        jobs_dir.mkdir(mode=0o700)
+        scripts = {}
+        for role_name, text in submission.payload["scripts"].items():
+            path = jobs_dir / f"{role_name}.sh"
+            path.write_text(text)
+            path.chmod(0o700)
+            scripts[Role(role_name)] = path
+        try:
+            native = self.submit_groups(submission, scripts)
+        except BaseException:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        return JobRecord(job_id=plan.job_id, backend=self.name, run_dir=str(run_dir),
+                         spec_path=str(plan.spec.source) if plan.spec.source else None,
+                         native=native)
+
+    def status(self, record: JobRecord) -> JobStatus:
+        run = load_run_plan(record)
+        rdv = rundir.rendezvous(record.run_path)
+        native, ids = self.native_states(record, run)
+        return merge(run, self.name, rdv.read_tasks(), rdv.read_abort(), native, ids)
+
+    def cancel(self, record: JobRecord) -> None:
+        run = load_run_plan(record)
+        rdv = rundir.rendezvous(record.run_path)
+        status = self.status(record)
+        if not status.terminal:
+            rdv.write_abort(AbortRecord(kind=AbortKind.CANCELLED, reason="cancelled by the user",
+                                        by="mxbatch cancel"))
+            # running supervisors stop their roles themselves (SIGTERM, then SIGKILL)
+            self._wait_native(record, run, lambda s: s is not NativeState.ACTIVE,
+                              timeout=min(run.grace_s, 10.0) + 3)
+        if self._present(record, run):
+            self.delete(record)
+            if not self._wait_native(record, run, lambda s: s is NativeState.GONE,
+                                     timeout=QUEUE_DRAIN_S / 2):
+                self.delete(record, force=True)
+                if not self._wait_native(record, run, lambda s: s is NativeState.GONE,
+                                         timeout=QUEUE_DRAIN_S / 2):
+                    raise MxbatchError(f"tasks of {record.job_id} are still in the queue "
+                                       f"after {QUEUE_DRAIN_S:g}s; ask the cluster admins")
+
+    def _present(self, record: JobRecord, run: RunPlan) -> bool:
+        native, _ = self.native_states(record, run)
+        return any(s is not NativeState.GONE for s in native.values())
+
+    def _wait_native(self, record: JobRecord, run: RunPlan, done, timeout: float) -> bool:
+        deadline = time.time() + timeout
+        while True:
+            native, _ = self.native_states(record, run)
+            if all(done(s) for s in native.values()):
+                return True
+            if time.time() > deadline:
+                return False
+            time.sleep(0.5)
+
+
+def rejected(scheduler: str, words: str, hint: str) -> SubmissionRejected:
+    """The scheduler's own words, plus what to do; nothing of the job is left queued."""
+    return SubmissionRejected(f"{scheduler} rejected the job: {words.strip()}\n{hint} "
+                              "(nothing was left queued)")
+
+
+def parse_task_ranges(text: str) -> List[int]:
+    """SGE task lists: ``3``, ``1-3:1``, ``1,4-6:2``."""
+    ids: List[int] = []
+    for part in text.split(","):
+        match = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part.strip())
+        if not match:
+            continue
+        low = int(match.group(1))
+        high = int(match.group(2) or low)
+        step = int(match.group(3) or 1)
+        ids.extend(range(low, high + 1, step))
+    return ids
