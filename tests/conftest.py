@@ -25,10 +25,25 @@ def pytest_collection_modifyitems(config, items):
     ones that must run (CI), turning a missing cluster into a failure, not a skip."""
     required = {n for n in os.environ.get("MXBATCH_REQUIRE", "").split(",") if n}
     available = {"mxnet": importlib.util.find_spec("mxnet") is not None}
+    for cluster in ("sge", "slurm"):
+        available[cluster] = cluster_env_file(cluster).is_file()
     for item in items:
         for marker, present in available.items():
             if marker in item.keywords and not present and marker not in required:
                 item.add_marker(pytest.mark.skip(reason=f"{marker} is not available"))
+
+
+def cluster_env_file(name: str) -> Path:
+    """Where ``ci/clusters/<name>-up.sh`` writes the exports its tests need."""
+    state = os.environ.get("MXBATCH_CLUSTER_STATE", "/tmp/mxbatch-clusters")
+    return Path(state) / f"{name}.env"
+
+
+def cluster_environment(name: str) -> Dict[str, str]:
+    """The environment after sourcing the cluster's env file (through a real shell)."""
+    script = f'. "{cluster_env_file(name)}" && env -0'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, check=True).stdout
+    return dict(item.decode().split("=", 1) for item in out.split(b"\0") if b"=" in item)
 
 
 @pytest.fixture
@@ -42,10 +57,11 @@ def home(tmp_path, monkeypatch) -> Path:
 class Cli:
     """Runs ``python -m mxbatch`` as a real process with the test's environment."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, base_env: Optional[Dict[str, str]] = None) -> None:
         self.home = home
-        self.env = dict(os.environ, MXBATCH_HOME=str(home),
-                        PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+        base = dict(os.environ if base_env is None else base_env)
+        self.env = dict(base, MXBATCH_HOME=str(home),
+                        PATH=os.path.dirname(sys.executable) + os.pathsep + base["PATH"])
 
     def run(self, *args: str, timeout: float = 180, cwd: Optional[Path] = None,
             env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:

@@ -1,0 +1,113 @@
+"""Real MXNet jobs through the real SGE test cluster (ci/clusters/sge-up.sh), both submitters:
+success, a crashing worker, a starved queue, cancel, a rejected native spec."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import EXAMPLES, Cli, assert_no_processes, cluster_environment, wait_for
+from .test_mxnet_local import assert_trained
+
+pytestmark = [pytest.mark.sge, pytest.mark.mxnet]
+
+
+@pytest.fixture
+def sge(home) -> Cli:
+    return Cli(home, cluster_environment("sge"))
+
+
+def spec_file(tmp_path: Path, *, submitter: str, native: str = "", startup: str = "5m",
+              name: str = "sge-mlp") -> Path:
+    text = (EXAMPLES / "mlp-ps.yaml").read_text()
+    text = text.replace("name: mlp-ps", f"name: {name}")
+    text = text.replace("workdir: .", f"workdir: {EXAMPLES}")
+    text = text.replace("startup_timeout: 5m", f"startup_timeout: {startup}")
+    text += f"backends:\n  sge: {{submitter: {submitter}{', native: ' + native if native else ''}}}\n"
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def queued_jobs(cli: Cli, job: str) -> list:
+    """Lines of qstat that belong to ``job`` (its array jobs are named <job>-<role>)."""
+    out = subprocess.run(["qstat", "-u", "*", "-r"], capture_output=True, text=True,
+                         env=cli.env, check=True).stdout
+    return [line for line in out.splitlines() if job in line]
+
+
+def assert_queue_empty(cli: Cli, job: str, timeout: float = 5.0) -> None:
+    wait_for(lambda: not queued_jobs(cli, job), timeout, f"{job} to leave qstat")
+
+
+@pytest.mark.parametrize("submitter", ["drmaa", "qsub"])
+def test_example_job_runs_on_sge(sge, tmp_path, submitter):
+    spec = spec_file(tmp_path, submitter=submitter)
+    result = sge.run("submit", "--backend", "sge", "--wait", str(spec), env={"EPOCHS": "3"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_trained(result.stdout)
+    job = result.stdout.split()[0]
+    record = (sge.home / "jobs" / f"{job}.json").read_text()
+    assert f'"submitter": "{submitter}"' in record
+    assert sge.status(job)["state"] == "SUCCEEDED"
+    assert_queue_empty(sge, job)
+    assert_no_processes(job)
+
+
+def test_worker_crash_aborts_the_sge_job(sge, tmp_path):
+    spec = spec_file(tmp_path, submitter="drmaa")
+    env = {"CRASH_RANK": "1", "CRASH_AFTER_STEPS": "20", "STEP_SLEEP": "0.02", "EPOCHS": "50"}
+    result = sge.run("submit", "--backend", "sge", "--wait", str(spec), env=env)
+    ended = time.time()
+    assert result.returncode == 1
+    assert re.search(r"FAILED: worker\[\d\] exited with code 1", result.stderr)
+    assert re.search(r"see the log: \S+/logs/worker-\d\.log", result.stderr)
+    job = result.stdout.split()[0]
+    assert_queue_empty(sge, job, timeout=max(0.0, 20 - (time.time() - ended)))
+    assert_no_processes(job)
+
+
+def test_starved_queue_hits_the_startup_deadline(sge, tmp_path):
+    # tiny.q has 2 slots and only takes jobs asking for -l small: 3 of 5 tasks never start
+    spec = spec_file(tmp_path, submitter="qsub", native="[-l, small]", startup="20s",
+                     name="sge-starved")
+    started = time.time()
+    result = sge.run("submit", "--backend", "sge", "--wait", str(spec))
+    elapsed = time.time() - started
+    assert result.returncode == 1
+    assert "startup deadline (20s) passed" in result.stderr
+    assert re.search(r"never started: .*worker\[1\]", result.stderr)
+    assert elapsed < 20 + 5 + 5
+    job = result.stdout.split()[0]
+    assert_queue_empty(sge, job)
+    status = sge.status(job)
+    assert status["state"] == "FAILED"
+    assert_no_processes(job)
+
+
+def test_cancel_running_sge_job(sge, tmp_path):
+    spec = spec_file(tmp_path, submitter="drmaa")
+    job = sge.submit(spec, "--backend", "sge", env={"STEP_SLEEP": "0.05", "EPOCHS": "100"})
+    log = sge.home / "runs" / job / "logs" / "worker-0.log"
+    wait_for(lambda: log.exists() and "first step" in log.read_text(), 90, "training")
+    result = sge.run("cancel", job)
+    assert result.returncode == 0, result.stderr
+    assert not queued_jobs(sge, job)
+    assert sge.status(job)["state"] == "CANCELLED"
+    assert_no_processes(job)
+    assert sge.run("cancel", job).returncode == 0
+
+
+@pytest.mark.parametrize("submitter", ["drmaa", "qsub"])
+def test_rejected_native_spec_exits_2_with_sges_reason(sge, tmp_path, submitter):
+    spec = spec_file(tmp_path, submitter=submitter, native="[-q, nosuchqueue]",
+                     name=f"sge-rejected-{submitter}")
+    result = sge.run("submit", "--backend", "sge", str(spec))
+    assert result.returncode == 2
+    assert 'SGE rejected the job' in result.stderr and "nosuchqueue" in result.stderr
+    assert not queued_jobs(sge, f"sge-rejected-{submitter}")
+    assert sge.run_dirs() == []
