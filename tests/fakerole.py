@@ -1,6 +1,7 @@
 """A stand-in for an MXNet role, for fast tests of the runtime without MXNet.
 
-scheduler: listens on DMLC_PS_ROOT_PORT until stopped (like ps-lite's scheduler).
+scheduler: listens on DMLC_PS_ROOT_PORT until stopped (like ps-lite's scheduler); with
+           $FAKE_SCHEDULER_FAIL_ONCE=<file> the first run exits 1 after 1.5 s instead.
 server:    sleeps until stopped.
 worker:    writes {argv, env} as JSON to $FAKE_OUT/<rank>.json (if set), sleeps
            $FAKE_SLEEP seconds, then exits with $FAKE_EXIT (default 0).
@@ -14,6 +15,11 @@ import time
 
 role = os.environ["DMLC_ROLE"]
 if role == "scheduler":
+    fail_once = os.environ.get("FAKE_SCHEDULER_FAIL_ONCE")
+    if fail_once and not os.path.exists(fail_once):  # "port taken": die before listening
+        open(fail_once, "w").close()
+        time.sleep(1.5)
+        sys.exit(1)
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("", int(os.environ["DMLC_PS_ROOT_PORT"])))

@@ -210,3 +210,20 @@ def test_launch_style_command(cli, tmp_path, count):
     assert result.returncode == 0, result.stderr
     job = result.stdout.split()[0]
     assert len([t for t in cli.status(job)["tasks"] if t["role"] == "worker"]) == count
+
+
+def test_members_follow_the_scheduler_to_its_retry_port(cli, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    marker = tmp_path / "failed-once"
+    spec = fake_spec(tmp_path, extra=f"env: {{FAKE_OUT: '{out}', FAKE_SLEEP: '3', "
+                                     f"FAKE_SCHEDULER_FAIL_ONCE: '{marker}'}}\n")
+    result = cli.run("submit", "--wait", str(spec))
+    assert result.returncode == 0, result.stderr
+    job = result.stdout.split()[0]
+    scheduler = json.loads((cli.home / "runs" / job / "scheduler.json").read_text())
+    assert scheduler["attempt"] == 2 and scheduler["listening"] is True
+    seen = json.loads((out / "0.json").read_text())["env"]
+    assert seen["DMLC_PS_ROOT_PORT"] == str(scheduler["port"])
+    log = (cli.home / "runs" / job / "logs" / "worker-0.log").read_text()
+    assert "restarting the role" in log

@@ -3,9 +3,12 @@
 Contract (see docs/protocol.md):
 - the role runs in its own process group, dies with the supervisor (PDEATHSIG),
   writes stdout+stderr to ``logs/<role>-<rank>.log``;
-- the scheduler task picks a free port, starts the role, waits until the port
-  accepts connections and publishes ``scheduler.json`` (retrying on another port
-  if the role dies first); other tasks wait for it until the startup deadline;
+- the scheduler task picks a free port, starts the role and publishes
+  ``scheduler.json`` at once, so every role imports MXNet in parallel (zmq retries
+  the connection until the scheduler binds); once the port accepts connections it
+  republishes with ``listening: true``; if the role dies first (port taken), it
+  republishes another port with ``attempt + 1`` and members still waiting restart
+  their role with it; members wait for the record until the startup deadline;
 - every task keeps ``tasks/<role>-<rank>.json`` current with a heartbeat;
 - a role that exits non-zero or by a signal, a stale peer, a passed startup
   deadline or walltime, or a signal to the supervisor writes ``abort.json``;
@@ -79,6 +82,8 @@ class Supervisor:
         self.signalled: Optional[int] = None
         self.heartbeats = HeartbeatWatch(plan.heartbeat_timeout_s)
         self.workers_done_at: Optional[float] = None
+        self.scheduler_info: Optional[Dict] = None
+        self._next_scheduler_check = 0.0
         self._next_beat = 0.0
         self._next_peer_check = 0.0
         self._log = None
@@ -190,6 +195,9 @@ class Supervisor:
         self._save()
 
     def _start_scheduler(self) -> None:
+        """Start the scheduler on a free port and publish its address at once (members
+        start in parallel: zmq retries the connection); if it dies before listening
+        (port taken meanwhile), republish another port with attempt+1."""
         try:
             ip = net.scheduler_ip(self.plan.interface, self.plan.loopback_only)
         except net.NetworkError as exc:
@@ -202,9 +210,11 @@ class Supervisor:
                                  % (self.plan.port_low, self.plan.port_high))
             self._popen({"DMLC_PS_ROOT_URI": ip, "DMLC_PS_ROOT_PORT": str(port),
                          "DMLC_NODE_HOST": ip})
+            info = {"job_id": self.plan.job_id, "ip": ip, "port": port, "listening": False,
+                    "host": socket.gethostname(), "pid": self.proc.pid, "attempt": attempt}
+            self.rdv.publish_scheduler(info)
             if self._wait_listening(ip, port):
-                info = {"job_id": self.plan.job_id, "ip": ip, "port": port,
-                        "host": socket.gethostname(), "pid": self.proc.pid, "attempt": attempt}
+                info["listening"] = True
                 self.rdv.publish_scheduler(info)
                 self.say("listening on %s:%d (attempt %d)" % (ip, port, attempt))
                 return
@@ -239,16 +249,42 @@ class Supervisor:
                                  "startup deadline (%gs)" % (self.task.label,
                                                              self.plan.startup_timeout_s))
             time.sleep(min(backoff.next(), HEARTBEAT_S))
+        self._start_member_role(info)
+
+    def _start_member_role(self, info: Dict) -> None:
         try:
             my_ip = net.node_ip(self.plan.interface, info["ip"])
         except (net.NetworkError, OSError) as exc:
             raise self._fail("%s: %s" % (self.task.label, exc))
+        self.scheduler_info = info
         self._popen({"DMLC_PS_ROOT_URI": info["ip"], "DMLC_PS_ROOT_PORT": str(info["port"]),
                      "DMLC_NODE_HOST": my_ip})
+
+    def _follow_scheduler(self) -> None:
+        """Until the scheduler listens, restart this role if it moved to another port."""
+        info = self.scheduler_info
+        if info is None or info.get("listening"):
+            return
+        now = time.time()
+        if now < self._next_scheduler_check:
+            return
+        self._next_scheduler_check = now + 0.5
+        latest = self.rdv.read_scheduler()
+        if latest is None or latest.get("job_id") != self.plan.job_id:
+            return
+        if latest.get("attempt") != info.get("attempt"):
+            self.say("the scheduler moved to %s:%s (attempt %s): restarting the role"
+                     % (latest["ip"], latest["port"], latest["attempt"]))
+            self._kill_group(signal.SIGKILL)
+            self.proc.wait()
+            self._start_member_role(latest)
+        else:
+            self.scheduler_info = latest
 
     # ------------------------------------------------------------------ running
     def _monitor(self) -> int:
         while True:
+            self._follow_scheduler()
             code = self.proc.poll()
             if code is not None:
                 return self._on_exit(code)
