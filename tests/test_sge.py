@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import EXAMPLES, Cli, assert_no_processes, cluster_environment, wait_for
+from .clusterjobs import example_spec, wait_queue_empty
+from .conftest import Cli, assert_no_processes, cluster_environment, wait_for
 from .test_mxnet_local import assert_trained
 
 pytestmark = [pytest.mark.sge, pytest.mark.mxnet]
@@ -23,14 +24,8 @@ def sge(home) -> Cli:
 
 def spec_file(tmp_path: Path, *, submitter: str, native: str = "", startup: str = "5m",
               name: str = "sge-mlp") -> Path:
-    text = (EXAMPLES / "mlp-ps.yaml").read_text()
-    text = text.replace("name: mlp-ps", f"name: {name}")
-    text = text.replace("workdir: .", f"workdir: {EXAMPLES}")
-    text = text.replace("startup_timeout: 5m", f"startup_timeout: {startup}")
-    text += f"backends:\n  sge: {{submitter: {submitter}{', native: ' + native if native else ''}}}\n"
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(text)
-    return path
+    options = f"submitter: {submitter}" + (f", native: {native}" if native else "")
+    return example_spec(tmp_path, "sge", options, name=name, startup=startup)
 
 
 def queued_jobs(cli: Cli, job: str) -> list:
@@ -41,7 +36,7 @@ def queued_jobs(cli: Cli, job: str) -> list:
 
 
 def assert_queue_empty(cli: Cli, job: str, timeout: float = 5.0) -> None:
-    wait_for(lambda: not queued_jobs(cli, job), timeout, f"{job} to leave qstat")
+    wait_queue_empty(lambda: queued_jobs(cli, job), job, timeout)
 
 
 @pytest.mark.parametrize("submitter", ["drmaa", "qsub"])

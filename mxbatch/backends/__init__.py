@@ -12,8 +12,9 @@ from .base import Backend
 _BUILTIN: Dict[str, str] = {
     "local": "mxbatch.backends.local:LocalBackend",
     "sge": "mxbatch.backends.sge:SgeBackend",
+    "slurm": "mxbatch.backends.slurm:SlurmBackend",
 }
-_PLANNED = ("slurm", "yarn")
+_PLANNED = ("yarn",)
 
 
 def names() -> List[str]:

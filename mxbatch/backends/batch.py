@@ -128,10 +128,11 @@ class BatchBackend(Backend):
         """Native options for ``group`` (resources, names, output paths, extra last)."""
 
     @abc.abstractmethod
-    def submit_groups(self, submission: Submission, scripts: Mapping[Role, Path]
+    def submit_groups(self, submission: Submission, scripts: Mapping[str, Path]
                       ) -> Dict[str, object]:
-        """Submit every group; return the record's ``native`` dict (with ``job_ids``).
-        On failure, raise after deleting what was already submitted."""
+        """Submit every group (``scripts`` by name, as ``render`` made them); return the
+        record's ``native`` dict (with ``job_ids``). On failure, raise after deleting
+        what was already submitted."""
 
     @abc.abstractmethod
     def native_states(self, record: JobRecord, run: RunPlan
@@ -152,15 +153,16 @@ class BatchBackend(Backend):
 
     directive_prefix: str = "#"
 
+    def scripts(self, plan: JobPlan) -> Dict[str, str]:
+        """Job scripts by name (``jobs/<name>.sh``): one per role group by default."""
+        return {g.role.value: self.script_for(plan, g) for g in role_groups(plan.run)}
+
     def render(self, plan: JobPlan) -> Submission:
         items = []
-        scripts = {}
-        for group in role_groups(plan.run):
-            script = self.script_for(plan, group)
-            scripts[group.role.value] = script
-            items.append(RenderedItem(
-                f"{group.role.value}: {group.count} task(s), job script "
-                f"{plan.run_dir / 'jobs' / (group.role.value + '.sh')}", script))
+        scripts = self.scripts(plan)
+        for name, script in scripts.items():
+            items.append(RenderedItem(f"job script {plan.run_dir / 'jobs' / (name + '.sh')}",
+                                      script))
         for task in plan.run.tasks:
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(task.env.items()))
             items.append(RenderedItem(f"task {task.index}: {task.label}",
@@ -173,11 +175,11 @@ class BatchBackend(Backend):
         jobs_dir = run_dir / "jobs"
         jobs_dir.mkdir(mode=0o700)
         scripts = {}
-        for role_name, text in submission.payload["scripts"].items():
-            path = jobs_dir / f"{role_name}.sh"
+        for name, text in submission.payload["scripts"].items():
+            path = jobs_dir / f"{name}.sh"
             path.write_text(text)
             path.chmod(0o700)
-            scripts[Role(role_name)] = path
+            scripts[name] = path
         try:
             native = self.submit_groups(submission, scripts)
         except BaseException:

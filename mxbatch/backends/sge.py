@@ -24,7 +24,6 @@ from ..errors import BackendUnavailable, CommandError
 from ..plan import JobPlan
 from ..records import JobRecord
 from ..runtime.planfile import RunPlan
-from ..spec import Role
 from ..status import NativeState, TaskKey
 from ..units import format_duration
 from . import drmaa as drmaa_glue
@@ -207,7 +206,7 @@ class SgeBackend(BatchBackend):
         return submission
 
     # ------------------------------------------------------------------ submitting
-    def submit_groups(self, submission: Submission, scripts: Mapping[Role, Path]
+    def submit_groups(self, submission: Submission, scripts: Mapping[str, Path]
                       ) -> Dict[str, object]:
         plan = submission.plan
         groups = role_groups(plan.run)
@@ -220,7 +219,7 @@ class SgeBackend(BatchBackend):
             job_ids = {}
             try:
                 for group in groups:
-                    job_ids[group.role.value] = self._qsub(scripts[group.role])
+                    job_ids[group.role.value] = self._qsub(scripts[group.role.value])
             except BaseException:
                 self._qdel(list(job_ids.values()), force=True)
                 raise

@@ -1,10 +1,12 @@
 """Which task of the job this process is, from what the launcher put in the environment.
 
 - ``MXBATCH_TASK``: the task index, set by launchers that start each task alone
-  (local backend, YARN);
+  (local backend, YARN); or ``--task-from VAR``: the index is in ``$VAR`` (a Slurm
+  heterogeneous job's ``SLURM_PROCID`` counts tasks across components in task order);
 - otherwise a role group (``--role worker``) plus the array index the batch
   system gives: ``SGE_TASK_ID`` (1-based), ``SLURM_ARRAY_TASK_ID`` (0-based),
-  ``OMPI_COMM_WORLD_RANK`` / ``PMI_RANK`` (0-based).
+  ``OMPI_COMM_WORLD_RANK`` / ``PMI_RANK`` (0-based); ``array_base`` overrides the
+  base (DRMAA bulk jobs on Slurm number from 1).
 """
 
 from typing import Mapping, Optional
@@ -20,8 +22,14 @@ class TaskIdentityError(RuntimeError):
 
 
 def resolve(plan: RunPlan, environ: Mapping[str, str], index: Optional[int] = None,
-            role: Optional[str] = None) -> TaskInfo:
+            role: Optional[str] = None, index_variable: Optional[str] = None,
+            array_base: Optional[int] = None) -> TaskInfo:
     """The ``TaskInfo`` this process runs (see the module docstring for the sources)."""
+    if index is None and index_variable:
+        if not environ.get(index_variable, "").isdigit():
+            raise TaskIdentityError("$%s is not a task index: %r"
+                                    % (index_variable, environ.get(index_variable)))
+        index = int(environ[index_variable])
     if index is None and environ.get("MXBATCH_TASK", "").isdigit():
         index = int(environ["MXBATCH_TASK"])
     if index is not None:
@@ -35,7 +43,7 @@ def resolve(plan: RunPlan, environ: Mapping[str, str], index: Optional[int] = No
     for variable, base in _ARRAY_VARIABLES:
         value = environ.get(variable, "")
         if value.isdigit():
-            rank = int(value) - base
+            rank = int(value) - (base if array_base is None else array_base)
             try:
                 return plan.task_for(role, rank)
             except KeyError as exc:

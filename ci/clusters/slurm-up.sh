@@ -1,0 +1,363 @@
+#!/usr/bin/env bash
+# slurm-up.sh - bring up mxbatch's single-host, multi-node Slurm test cluster.
+#
+# One host runs a private munged, slurmctld and several slurmd "nodes"
+# (slurmd -N nodeX, all on 127.0.0.1 with distinct ports):
+#   partition debug (default): node1..node3, 4 CPUs and 4 GB each
+#   partition tiny:            node4, 1 CPU (tests fill it to starve jobs)
+# Everything (config, munge key and socket, state, spool, logs, pid files)
+# lives under $MXBATCH_CLUSTER_STATE/slurm; nothing is written to /etc.
+# The tests source $MXBATCH_CLUSTER_STATE/slurm.env (it exports SLURM_CONF).
+#
+# Idempotent: safe when the cluster is down, half up or up. A changed
+# configuration restarts the daemons (state and job ids are kept;
+# slurm-down.sh --wipe starts from scratch).
+#
+# Usage: ci/clusters/slurm-up.sh
+# Env:   MXBATCH_CLUSTER_STATE  state root (default /tmp/mxbatch-clusters)
+#        MXBATCH_SLURM_TIMEOUT  seconds for each wait (default 60)
+#        MXBATCH_SLURM_NODES    nodes in partition debug (default 3)
+set -euo pipefail
+
+STATE_ROOT=${MXBATCH_CLUSTER_STATE:-/tmp/mxbatch-clusters}
+TIMEOUT=${MXBATCH_SLURM_TIMEOUT:-60}
+BASE=$STATE_ROOT/slurm
+CONF=$BASE/etc/slurm.conf
+ENV_FILE=$STATE_ROOT/slurm.env
+MUNGE_SOCKET=$BASE/munge/munge.socket
+MUNGE_KEY=$BASE/munge/munge.key
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+CTLD_PORT=6817                # SGE uses 6444/6445
+NODE_PORT0=17000              # nodeN listens on NODE_PORT0 + N
+# Partition debug has node1..nodeN. A heterogeneous job needs one node per
+# component here (see below), so N=3 fits scheduler + server + worker.
+DEBUG_COUNT=${MXBATCH_SLURM_NODES:-3}
+if [[ ! $DEBUG_COUNT =~ ^[1-9][0-9]?$ ]] || ((DEBUG_COUNT < 2)); then
+    echo "slurm-up: MXBATCH_SLURM_NODES must be 2..99, not '$DEBUG_COUNT'" >&2
+    exit 2
+fi
+DEBUG_NODES=()
+for ((i = 1; i <= DEBUG_COUNT; i++)); do DEBUG_NODES+=("node$i"); done
+TINY_NODE=node$((DEBUG_COUNT + 1))
+NODES=("${DEBUG_NODES[@]}" "$TINY_NODE")
+DEBUG_CPUS=4                  # advertised (config_overrides), not real cores
+TINY_CPUS=1
+NODE_MEM_MB=4096
+
+T0=${EPOCHREALTIME//[!0-9]/}
+log() {
+    local us=$(( ${EPOCHREALTIME//[!0-9]/} - T0 ))
+    printf '[slurm-up %3d.%02ds] %s\n' $((us / 1000000)) $((us % 1000000 / 10000)) "$*"
+}
+die() { log "ERROR: $*" >&2; exit 1; }
+
+# wait_for DESC CMD... : poll CMD every 0.2 s until it succeeds or TIMEOUT.
+wait_for() {
+    local desc=$1 deadline=$((SECONDS + TIMEOUT)) said=0
+    shift
+    until "$@"; do
+        ((SECONDS < deadline)) || return 1
+        ((said)) || log "waiting for $desc (up to ${TIMEOUT}s)"
+        said=1
+        sleep 0.2
+    done
+}
+
+# pid_of PIDFILE COMM : print the pid if PIDFILE names a live COMM process.
+pid_of() {
+    local pid stat comm
+    [[ -s $1 ]] || return 1
+    pid=$(<"$1")
+    read -r stat comm < <(ps -o stat=,comm= -p "$pid" 2>/dev/null) || return 1
+    [[ $stat != Z* && $comm == "$2" ]] && echo "$pid"
+}
+
+# start_daemon LOG CMD... : run a self-daemonizing CMD with stdio on LOG and
+# no other inherited descriptors (a caller's pipe held open by a daemon
+# would hang it). Fails with the tail of LOG if CMD fails.
+start_daemon() {
+    local out=$1
+    shift
+    if ! (
+        for fd in "/proc/$BASHPID/fd/"*; do
+            fd=${fd##*/}
+            ((fd > 2)) && eval "exec $fd>&-" 2>/dev/null
+        done
+        exec "$@"
+    ) </dev/null >>"$out" 2>&1; then
+        tail -n 20 "$out" >&2 || true
+        return 1
+    fi
+}
+
+# --- packages ------------------------------------------------------------
+
+# apt_get ARGS... : apt-get that waits (with a deadline) for a lock held by
+# another apt/dpkg run on the machine.
+apt_get() {
+    local deadline=$((SECONDS + 600)) out
+    while :; do
+        if out=$(DEBIAN_FRONTEND=noninteractive apt-get -q \
+                -o DPkg::Lock::Timeout=60 "$@" 2>&1); then
+            return 0
+        fi
+        if grep -qiE 'could not get lock|unable to lock' <<<"$out" \
+                && ((SECONDS < deadline)); then
+            log "apt is locked by another process, retrying"
+            sleep 3
+            continue
+        fi
+        printf '%s\n' "$out" | tail -n 20 >&2
+        return 1
+    done
+}
+
+install_packages() {
+    local pkgs=(slurmctld slurmd slurm-client munge) cmd missing=0
+    for cmd in slurmctld slurmd sbatch srun squeue scontrol scancel sinfo \
+            munged munge unmunge mungekey; do
+        command -v "$cmd" >/dev/null || missing=1
+    done
+    ((missing)) || return 0
+    log "installing ${pkgs[*]}"
+    if ! apt-cache show "${pkgs[@]}" >/dev/null 2>&1; then
+        log "package lists lack them: apt-get update"
+        apt_get update || die "apt-get update failed"
+    fi
+    if ! apt_get install -y --no-install-recommends "${pkgs[@]}"; then
+        log "install failed (stale package lists?): apt-get update and retry"
+        apt_get update || die "apt-get update failed"
+        apt_get install -y --no-install-recommends "${pkgs[@]}" \
+            || die "apt-get install ${pkgs[*]} failed"
+    fi
+    log "installed $(dpkg-query -W -f='${Version}' slurmctld)"
+}
+
+# --- munge ---------------------------------------------------------------
+
+munge_ok() {
+    munge -n -S "$MUNGE_SOCKET" 2>/dev/null \
+        | unmunge -S "$MUNGE_SOCKET" >/dev/null 2>&1
+}
+
+start_munge() {
+    mkdir -p "$BASE/munge"
+    chmod 0755 "$BASE/munge"     # the socket must be reachable by all users
+    if [[ ! -s $MUNGE_KEY ]]; then
+        log "creating munge key"
+        mungekey --create --keyfile="$MUNGE_KEY"
+    fi
+    chmod 0400 "$MUNGE_KEY"
+    if pid_of "$BASE/run/munged.pid" munged >/dev/null && munge_ok; then
+        return 0
+    fi
+    log "starting munged (socket $MUNGE_SOCKET)"
+    # --force: take over a socket/lock left by a killed munged
+    start_daemon "$BASE/log/munged.out" munged --force \
+        --socket="$MUNGE_SOCKET" --key-file="$MUNGE_KEY" \
+        --pid-file="$BASE/run/munged.pid" --log-file="$BASE/log/munged.log" \
+        --seed-file="$BASE/munge/munge.seed" \
+        || die "munged failed to start (see $BASE/log/munged.log)"
+    wait_for "munged" munge_ok \
+        || die "munged does not answer after ${TIMEOUT}s (see $BASE/log/munged.log)"
+}
+
+# --- configuration -------------------------------------------------------
+
+# node_lines: one NodeName line per node; nodeN listens on NODE_PORT0 + N.
+node_lines() {
+    local i cpus
+    for ((i = 1; i <= ${#NODES[@]}; i++)); do
+        cpus=$DEBUG_CPUS
+        [[ ${NODES[i - 1]} == "$TINY_NODE" ]] && cpus=$TINY_CPUS
+        echo "NodeName=${NODES[i - 1]} NodeHostname=$(hostname -s)" \
+            "NodeAddr=127.0.0.1 Port=$((NODE_PORT0 + i)) CPUs=$cpus"
+    done
+}
+
+write_conf() {
+    local host new
+    host=$(hostname -s)
+    new=$(mktemp "$BASE/etc/slurm.conf.XXXXXX")
+    cat >"$new" <<EOF
+# Generated by ci/clusters/slurm-up.sh: single-host mxbatch test cluster.
+ClusterName=mxbatch
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$MUNGE_SOCKET
+StateSaveLocation=$BASE/state
+SlurmdSpoolDir=$BASE/spool/%n
+SlurmctldPidFile=$BASE/run/slurmctld.pid
+SlurmdPidFile=$BASE/run/slurmd-%n.pid
+SlurmctldLogFile=$BASE/log/slurmctld.log
+SlurmdLogFile=$BASE/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+# No cgroups here: plain process tracking, no task binding/affinity.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SwitchType=switch/none
+# Nodes advertise their configured CPUs/memory, not the hardware's.
+SlurmdParameters=config_overrides
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+# Fast scheduling. Heterogeneous jobs are started only by the backfill
+# scheduler, hence bf_interval=1 (default 30 s); its plan reserves whole
+# nodes, so the components of one such job never share a node: a job with
+# more components than the partition has nodes stays PENDING (Resources).
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=1,sched_min_interval=0,batch_sched_delay=0,bf_interval=1
+# No accounting daemon: sacct does not work, use squeue/scontrol.
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+# Finished jobs stay visible to 'scontrol show job' for an hour.
+MinJobAge=3600
+ReturnToService=2
+KillWait=2
+InactiveLimit=0
+SlurmctldTimeout=30
+SlurmdTimeout=60
+MessageTimeout=10
+# All nodes are this host (multiple-slurmd mode: slurmd -N NAME).
+NodeName=DEFAULT RealMemory=$NODE_MEM_MB State=UNKNOWN
+$(node_lines)
+# LLN: put each job on the least loaded node, so that small jobs (array
+# tasks, one job per role) spread over the nodes instead of packing node1.
+PartitionName=debug Nodes=$(IFS=,; echo "${DEBUG_NODES[*]}") Default=YES LLN=YES MaxTime=INFINITE State=UP
+PartitionName=tiny Nodes=$TINY_NODE MaxTime=INFINITE State=UP
+EOF
+    chmod 0644 "$new"
+    if cmp -s "$new" "$CONF"; then
+        rm -f "$new"
+        return 1
+    fi
+    mv -f "$new" "$CONF"
+}
+
+# --- daemons -------------------------------------------------------------
+
+ctld_up() { [[ $(scontrol ping 2>/dev/null) == *"is UP"* ]]; }
+
+start_slurmctld() {
+    if pid_of "$BASE/run/slurmctld.pid" slurmctld >/dev/null; then
+        return 0
+    fi
+    log "starting slurmctld (port $CTLD_PORT)"
+    # -i: ignore state files that cannot be recovered instead of aborting
+    start_daemon "$BASE/log/slurmctld.out" slurmctld -i \
+        || die "slurmctld failed to start (see $BASE/log/slurmctld.log)"
+}
+
+start_slurmd() {
+    local n=$1
+    mkdir -p "$BASE/spool/$n"
+    if pid_of "$BASE/run/slurmd-$n.pid" slurmd >/dev/null; then
+        return 0
+    fi
+    log "starting slurmd -N $n"
+    start_daemon "$BASE/log/slurmd-$n.out" slurmd -N "$n" \
+        || die "slurmd -N $n failed to start (see $BASE/log/slurmd-$n.log)"
+}
+
+# nodes_idle: true when every node is idle; resumes drained/down nodes
+# (left so by an earlier, killed run) on the way.
+nodes_idle() {
+    local states bad=0 n st
+    states=$(sinfo -h -N -o '%N %t' 2>/dev/null | sort -u) || return 1
+    [[ -n $states ]] || return 1
+    while read -r n st; do
+        case $st in
+            idle) ;;
+            drain | drng | down | fail | failg)
+                scontrol update NodeName="$n" State=RESUME 2>/dev/null || true
+                bad=1 ;;
+            *) bad=1 ;;
+        esac
+    done <<<"$states"
+    NODE_STATES=$(tr '\n' ' ' <<<"$states")
+    ((bad == 0))
+}
+
+# --- checks --------------------------------------------------------------
+
+# job_state ID: print the job's state (PENDING, RUNNING, COMPLETED, ...).
+job_state() {
+    scontrol -o show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2
+}
+
+job_done() {
+    case $(job_state "$1") in
+        PENDING | CONFIGURING | RUNNING | COMPLETING | "") return 1 ;;
+    esac
+}
+
+check_jobs() {
+    local id st
+    timeout "$TIMEOUT" srun --quiet -p debug -N "$DEBUG_COUNT" --ntasks-per-node=1 \
+        -J mxbatch-up-check -t 1 true \
+        || die "srun on all debug nodes failed (see $BASE/log/)"
+    timeout "$TIMEOUT" srun --quiet -p tiny -n 1 -J mxbatch-up-check -t 1 true \
+        || die "srun on partition tiny failed (see $BASE/log/)"
+    id=$(sbatch --parsable -J mxbatch-up-check -t 1 -o /dev/null -D / --wrap true) \
+        || die "sbatch failed"
+    wait_for "batch job $id" job_done "$id" \
+        || die "batch job $id not finished after ${TIMEOUT}s"
+    st=$(job_state "$id")
+    [[ $st == COMPLETED ]] || die "batch job $id ended $st (see $BASE/log/)"
+}
+
+write_env() {
+    local tmp
+    tmp=$(mktemp "$STATE_ROOT/slurm.env.XXXXXX")
+    cat >"$tmp" <<EOF
+# Slurm test cluster (ci/clusters/slurm-up.sh); source before sbatch etc.
+export SLURM_CONF=$CONF
+EOF
+    chmod 0644 "$tmp"
+    mv -f "$tmp" "$ENV_FILE"
+}
+
+main() {
+    local n
+    install_packages
+    mkdir -p "$BASE"/{etc,state,spool,run,log}
+    export SLURM_CONF=$CONF
+    exec 9>"$BASE/lock"
+    flock -w "$TIMEOUT" 9 || die "another slurm-up/down holds $BASE/lock"
+
+    start_munge
+    if write_conf; then
+        log "wrote $CONF"
+        if pid_of "$BASE/run/slurmctld.pid" slurmctld >/dev/null \
+                || compgen -G "$BASE/run/slurmd-*.pid" >/dev/null; then
+            log "configuration changed: restarting the Slurm daemons"
+            MXBATCH_SLURM_LOCKED=1 "$HERE/slurm-down.sh" --keep-munge \
+                || die "could not stop the running daemons"
+        fi
+    fi
+    start_slurmctld
+    wait_for "slurmctld" ctld_up \
+        || die "slurmctld does not answer after ${TIMEOUT}s (see $BASE/log/slurmctld.log)"
+    # A check job of an earlier run that slurmctld lost track of (killed
+    # before saving its end) would keep its nodes allocated until its limit.
+    scancel --quiet --name=mxbatch-up-check 2>/dev/null || true
+    for n in "${NODES[@]}"; do
+        start_slurmd "$n"
+    done
+    NODE_STATES=
+    wait_for "idle nodes" nodes_idle \
+        || die "nodes not idle after ${TIMEOUT}s: ${NODE_STATES:-no answer} (see $BASE/log/)"
+    check_jobs
+    write_env
+    log "cluster up: $(sinfo -h -o '%P=%N(%c cpus,%t)' | tr '\n' ' ')"
+    log "env: $ENV_FILE (SLURM_CONF=$CONF)"
+}
+
+main "$@"
