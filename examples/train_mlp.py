@@ -16,9 +16,9 @@ import time
 
 T_START = time.time()
 
-import mxnet as mx  # noqa: E402  (servers and the scheduler never get past this line)
-import numpy as np  # noqa: E402
-from mxnet import autograd, gluon  # noqa: E402
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon
 
 
 def synthetic_data(rank: int, workers: int, samples: int = 8192, dim: int = 32, classes: int = 4):

@@ -122,7 +122,8 @@ def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
                         timeout=timeout)
     except KeyboardInterrupt:
         if not cancel_on_interrupt:
-            raise MxbatchError("interrupted; the job keeps running", ExitCode.INTERRUPTED)
+            raise MxbatchError("interrupted; the job keeps running",
+                               ExitCode.INTERRUPTED) from None
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         _err(f"mxbatch: interrupted: cancelling {record.job_id} ...")
         backend.cancel(record)

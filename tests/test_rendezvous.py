@@ -69,7 +69,8 @@ def test_heartbeat_watch_flags_only_unchanging_active_tasks():
 def test_missing_at_deadline():
     plan = RunPlan(job_id="j", run_dir="/r", workdir="/", python="p", created_at=0,
                    startup_timeout_s=10,
-                   tasks=[TaskInfo(0, "scheduler", 0, ["x"], {}), TaskInfo(1, "worker", 0, ["x"], {})])
+                   tasks=[TaskInfo(0, "scheduler", 0, ["x"], {}),
+                          TaskInfo(1, "worker", 0, ["x"], {})])
     started = {("scheduler", 0): TaskRecord(role="scheduler", rank=0, state=TaskState.RUNNING)}
     assert missing_at_deadline(plan, started, now=5) == []
     assert missing_at_deadline(plan, started, now=11) == ["worker[0]"]

@@ -8,8 +8,7 @@ from pathlib import Path
 from mxbatch import plan as planning
 from mxbatch import spec as specs
 from mxbatch.backends.batch import parse_job_id, role_groups
-from mxbatch.backends.sge import (QSUB_JOB_ID, SgeBackend, SgeOptions, native_state,
-                                  parse_qstat_xml)
+from mxbatch.backends.sge import QSUB_JOB_ID, SgeBackend, SgeOptions, native_state, parse_qstat_xml
 from mxbatch.errors import BackendUnavailable, CommandError, SubmissionRejected
 from mxbatch.spec import parse_options
 from mxbatch.status import NativeState
@@ -23,7 +22,8 @@ roles:
   worker: {count: 3, resources: {gpus: 1}}
 rendezvous: {dir: /shared/runs}
 backends:
-  sge: {queue: gpu.q, pe: mpi, project: ml, gpu_resource: gpu, native: [-l, scratch=1G, -notify]}
+  sge:
+    {queue: gpu.q, pe: mpi, project: ml, gpu_resource: gpu, native: [-l, scratch=1G, -notify]}
 """
 
 GOLDEN_WORKER_SCRIPT = """\
@@ -53,7 +53,8 @@ exec /venv/bin/python /shared/runs/golden-00000001/runtime.pyz run /shared/runs/
 def golden_plan(tmp_path: Path):
     spec = specs.parse(SPEC, tmp_path / "golden.yaml")
     backend = SgeBackend(parse_options(spec, "sge", SgeOptions))
-    plan = planning.make(spec, "sge", job_id="golden-00000001", created_at=0, python="/venv/bin/python")
+    plan = planning.make(spec, "sge", job_id="golden-00000001", created_at=0,
+                         python="/venv/bin/python")
     return backend, plan
 
 

@@ -10,8 +10,13 @@ from pathlib import Path
 from mxbatch import plan as planning
 from mxbatch import spec as specs
 from mxbatch.backends.batch import parse_job_id, role_groups
-from mxbatch.backends.slurm import (SBATCH_JOB_ID, SlurmBackend, SlurmOptions, native_state,
-                                    parse_squeue)
+from mxbatch.backends.slurm import (
+    SBATCH_JOB_ID,
+    SlurmBackend,
+    SlurmOptions,
+    native_state,
+    parse_squeue,
+)
 from mxbatch.errors import BackendUnavailable, CommandError, SubmissionRejected
 from mxbatch.spec import parse_options
 from mxbatch.status import NativeState
@@ -52,8 +57,8 @@ exec /venv/bin/python /shared/runs/golden-00000001/runtime.pyz run /shared/runs/
 
 
 def golden(tmp_path: Path, extra: str = ""):
-    spec = specs.parse(SPEC.replace("extra: [--exclusive]}", "extra: [--exclusive]" + extra + "}"),
-                       tmp_path / "golden.yaml")
+    text = SPEC.replace("extra: [--exclusive]}", "extra: [--exclusive]" + extra + "}")
+    spec = specs.parse(text, tmp_path / "golden.yaml")
     backend = SlurmBackend(parse_options(spec, "slurm", SlurmOptions))
     plan = planning.make(spec, "slurm", job_id="golden-00000001", created_at=0,
                          python="/venv/bin/python")

@@ -57,10 +57,10 @@ class Backend(abc.ABC):
         """The dataclass of this backend's ``backends.<name>`` block, if it has one."""
         return None
 
-    def check(self, plan: JobPlan) -> None:
+    def check(self, plan: JobPlan) -> None:  # noqa: B027 - optional hook
         """Raise ``SpecError`` if ``plan`` makes no sense for this backend. No cluster I/O."""
 
-    def check_environment(self) -> None:
+    def check_environment(self) -> None:  # noqa: B027 - optional hook
         """Raise ``BackendUnavailable`` with a hint if this backend cannot submit from here
         (missing tools or libraries). Not called by ``render``."""
 

@@ -18,7 +18,7 @@ import string
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Sequence, Tuple
 
 from .. import rundir
 from ..errors import MxbatchError, SubmissionRejected

@@ -145,7 +145,7 @@ def _submit(session, drmaa, payload: dict) -> dict:
             for job_id in ids:
                 try:
                     session.control(job_id, drmaa.JobControlAction.TERMINATE)
-                except Exception:  # noqa: BLE001 - already gone
+                except Exception:  # already gone: nothing to undo
                     pass
         raise
     return {"job_ids": submitted}
@@ -163,13 +163,13 @@ def _terminate(session, drmaa, payload: dict) -> dict:
 def helper_main(argv: Sequence[str]) -> int:
     operation = argv[0] if argv else ""
     try:
-        import drmaa  # noqa: WPS433 - only ever in this helper process
+        import drmaa  # only ever in this helper process, never in the CLI
 
         payload = json.loads(sys.stdin.read() or "{}")
         with drmaa.Session() as session:
             handler = {"submit": _submit, "terminate": _terminate}[operation]
             answer = handler(session, drmaa, payload)
-    except Exception as exc:  # noqa: BLE001 - reported to the parent as data
+    except Exception as exc:  # any DRMAA failure is reported to the parent as data
         answer = {"error": str(exc).strip(), "kind": type(exc).__name__}
     sys.stdout.write("\n" + json.dumps(answer) + "\n")
     return 0

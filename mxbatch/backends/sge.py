@@ -28,9 +28,19 @@ from ..status import NativeState, TaskKey
 from ..units import format_duration
 from . import drmaa as drmaa_glue
 from .base import Submission
-from .batch import (BatchBackend, Directive, RoleGroup, flat_argv, job_name,
-                    native_directives, parse_job_id, parse_task_ranges, rejected, role_groups,
-                    runtime_argv)
+from .batch import (
+    BatchBackend,
+    Directive,
+    RoleGroup,
+    flat_argv,
+    job_name,
+    native_directives,
+    parse_job_id,
+    parse_task_ranges,
+    rejected,
+    role_groups,
+    runtime_argv,
+)
 
 QSUB_JOB_ID = re.compile(r"^(?P<job_id>\d+)(?:\.\d+-\d+:\d+)?\s*$", re.MULTILINE)
 QMASTER_DOWN = re.compile(r"unable to contact qmaster|commlib error|can't (?:find|read) "

@@ -27,9 +27,20 @@ from ..status import NativeState, TaskKey
 from ..units import format_duration
 from . import drmaa as drmaa_glue
 from .base import Submission
-from .batch import (BatchBackend, Directive, RoleGroup, directive_lines, flat_argv, job_name,
-                    native_directives, parse_job_id, rejected, render_jobscript, role_groups,
-                    runtime_argv)
+from .batch import (
+    BatchBackend,
+    Directive,
+    RoleGroup,
+    directive_lines,
+    flat_argv,
+    job_name,
+    native_directives,
+    parse_job_id,
+    rejected,
+    render_jobscript,
+    role_groups,
+    runtime_argv,
+)
 
 SBATCH_JOB_ID = re.compile(r"^(?P<job_id>\d+)(?:;\S+)?\s*$", re.MULTILINE)
 CONTROLLER_DOWN = re.compile(r"Unable to contact slurm controller|Connection refused|"

@@ -29,8 +29,7 @@ from typing import Dict, Optional
 
 from . import net, pyhook
 from .environ import role_environment
-from .peers import (HeartbeatWatch, lost_abort, missing_at_deadline, startup_abort,
-                    workers_succeeded)
+from .peers import HeartbeatWatch, lost_abort, missing_at_deadline, startup_abort, workers_succeeded
 from .planfile import RunPlan, TaskInfo
 from .rendezvous import Backoff, Rendezvous
 from .states import AbortKind, AbortRecord, TaskRecord, TaskState
@@ -63,7 +62,7 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         import ctypes
 
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - best effort: not Linux, no libc
+    except Exception:
         pass
 
 
@@ -188,8 +187,8 @@ class Supervisor:
                 stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
                 preexec_fn=_die_with_parent)
         except OSError as exc:
-            raise self._fail("%s: cannot start %r: %s" % (self.task.label, self.task.argv[0],
-                                                          exc.strerror or exc))
+            raise self._fail("%s: cannot start %r: %s" % (
+                self.task.label, self.task.argv[0], exc.strerror or exc)) from None
         self.record.pid = self.proc.pid
         self.record.state = TaskState.RUNNING
         self._save()
@@ -201,7 +200,7 @@ class Supervisor:
         try:
             ip = net.scheduler_ip(self.plan.interface, self.plan.loopback_only)
         except net.NetworkError as exc:
-            raise self._fail("scheduler[0]: %s" % exc)
+            raise self._fail("scheduler[0]: %s" % exc) from None
         ports = net.candidate_ports(self.plan.port_low, self.plan.port_high)
         for attempt in range(1, SCHEDULER_ATTEMPTS + 1):
             port = next(ports, None)
@@ -255,7 +254,7 @@ class Supervisor:
         try:
             my_ip = net.node_ip(self.plan.interface, info["ip"])
         except (net.NetworkError, OSError) as exc:
-            raise self._fail("%s: %s" % (self.task.label, exc))
+            raise self._fail("%s: %s" % (self.task.label, exc)) from None
         self.scheduler_info = info
         self._popen({"DMLC_PS_ROOT_URI": info["ip"], "DMLC_PS_ROOT_PORT": str(info["port"]),
                      "DMLC_NODE_HOST": my_ip})
@@ -289,13 +288,13 @@ class Supervisor:
             if code is not None:
                 return self._on_exit(code)
             self._tick()
-            if self.workers_done_at is not None and self.task.role != "worker":
-                if time.time() - self.workers_done_at > self.plan.grace_s:
-                    self.say("still running %gs after every worker succeeded: stopping it"
-                             % self.plan.grace_s)
-                    self._terminate()
-                    return self._finish(TaskState.SUCCEEDED,
-                                        "stopped after every worker succeeded")
+            lingering = (self.task.role != "worker" and self.workers_done_at is not None
+                         and time.time() - self.workers_done_at > self.plan.grace_s)
+            if lingering:
+                self.say("still running %gs after every worker succeeded: stopping it"
+                         % self.plan.grace_s)
+                self._terminate()
+                return self._finish(TaskState.SUCCEEDED, "stopped after every worker succeeded")
             time.sleep(POLL_S)
 
     def _on_exit(self, code: int) -> int:
