@@ -62,7 +62,7 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         import ctypes
 
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
+    except Exception:  # best effort: not Linux, or no libc to call
         pass
 
 
