@@ -77,7 +77,8 @@ def floor(argv: List[str], env: Dict[str, str]) -> float:
 
 def sbatch_polled(env: Dict[str, str]) -> float:
     t0 = time.time()
-    job = subprocess.run(["sbatch", "--parsable", "--wrap", "true"], capture_output=True,
+    job = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", "--wrap", "true"],
+                         capture_output=True,
                          text=True, env=env, check=True).stdout.strip().split(";")[0]
     while subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True,
                          env=env).stdout.strip():
@@ -140,7 +141,7 @@ def main() -> None:
     if args.only in (None, "slurm"):
         env = cluster_env("slurm")
         rows.append(("floor: sbatch --wait --wrap true", "", "",
-                     fmt([floor(["sbatch", "--wait", "--wrap", "true"], env)
+                     fmt([floor(["sbatch", "--wait", "--output=/dev/null", "--wrap", "true"], env)
                           for _ in range(args.repeat)]), ""))
         rows.append(("floor: sbatch + squeue every 0.1s", "", "",
                      fmt([sbatch_polled(env) for _ in range(args.repeat)]), ""))
