@@ -205,7 +205,8 @@ def logs(job_id: str, role: Optional[str], rank: Optional[int], follow: bool) ->
     plan_tasks = [t for t in _plan_tasks(record)
                   if (role is None or t.role == role) and (rank is None or t.rank == rank)]
     width = max([len(t.label) for t in plan_tasks] or [1])
-    tails = [LogTail(record.run_path / "logs" / f"{t.name}.log", f"{t.label:<{width}} | ")
+    tails = [LogTail(record.run_path / "logs" / f"{t.name}.log", f"{t.label:<{width}} | ",
+                     backend.log_reader(record, t.role, t.rank))
              for t in plan_tasks]
     while True:
         done = not follow or backend.status(record).terminal

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
-from .backends.base import Backend, load_run_plan
+from .backends.base import Backend, LogReader, load_run_plan
 from .errors import WaitTimeout
 from .records import JobRecord
 from .runtime.peers import missing_at_deadline, startup_abort
-from .runtime.rendezvous import FileRendezvous
+from .runtime.rendezvous import Rendezvous
 from .runtime.states import AbortKind, AbortRecord
 from .status import JobState, JobStatus
 
@@ -26,20 +26,29 @@ DEADLINE_MARGIN_S = 2.0
 
 
 class LogTail:
-    """Yields complete new lines of one file, from the start, as it grows."""
+    """Yields complete new lines of one file, from the start, as it grows.
+    ``reader`` (a backend's ``log_reader``) reads it instead of the local ``path``."""
 
-    def __init__(self, path: Path, prefix: str) -> None:
+    def __init__(self, path: Path, prefix: str, reader: Optional[LogReader] = None) -> None:
         self.path = path
         self.prefix = prefix
+        self.reader = reader
         self.offset = 0
         self.partial = b""
 
-    def read(self, final: bool = False):
+    def _read_from(self, offset: int, final: bool) -> Optional[bytes]:
+        if self.reader is not None:
+            return self.reader(offset, final)
         try:
             with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                data = handle.read()
+                handle.seek(offset)
+                return handle.read()
         except OSError:
+            return None
+
+    def read(self, final: bool = False):
+        data = self._read_from(self.offset, final)
+        if data is None:
             return
         self.offset += len(data)
         data = self.partial + data
@@ -56,13 +65,14 @@ def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
            echo: Callable[[str], None], timeout: Optional[float] = None) -> JobStatus:
     """Block until the job ends; stream logs if asked; clean up; return the final status."""
     plan = load_run_plan(record)
-    rdv = FileRendezvous(record.run_dir)
+    rdv = backend.rendezvous(record)
     tails: Dict[str, LogTail] = {}
     if stream_logs:
         width = max(len(t.label) for t in plan.tasks)
         for task in plan.tasks:
             tails[task.label] = LogTail(Path(record.run_dir) / "logs" / f"{task.name}.log",
-                                        f"{task.label:<{width}} | ")
+                                        f"{task.label:<{width}} | ",
+                                        backend.log_reader(record, task.role, task.rank))
     give_up = None if timeout is None else time.time() + timeout
     while True:
         for tail in tails.values():
@@ -84,7 +94,7 @@ def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
     return backend.status(record)
 
 
-def _enforce_deadlines(plan, rdv: FileRendezvous, status: JobStatus) -> None:
+def _enforce_deadlines(plan, rdv: Rendezvous, status: JobStatus) -> None:
     """Startup deadline and vanished tasks, for when no supervisor is there to see them."""
     if rdv.read_abort() is not None:
         return

@@ -34,6 +34,7 @@ def prepare(spec: JobSpec, backend_name: str, *, workers: Optional[int] = None,
     ``for_submit``: also check that the backend is usable and the run directory creatable."""
     spec = with_counts(spec, workers=workers, servers=servers)
     backend = backend_for_spec(spec, backend_name)
+    backend.check_container(spec)
     job_plan = planning.make(spec, backend_name, loopback_only=backend.loopback_only)
     backend.check(job_plan)
     if for_submit:

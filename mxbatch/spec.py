@@ -24,6 +24,7 @@ from .units import parse_duration, parse_port_range, parse_size_mib
 T = TypeVar("T")
 
 KNOWN_BACKENDS: Tuple[str, ...] = ("local", "sge", "slurm", "yarn")
+CONTAINER_RUNTIMES: Tuple[str, ...] = ("docker", "podman", "apptainer")
 DEFAULT_BACKEND = "local"
 
 
@@ -70,6 +71,18 @@ class RendezvousSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class ContainerSpec:
+    """``container:``: run every role in this image. Which runtimes a backend can use
+    is its own business (it rejects the others); ``mounts`` are ``host:container[:ro|rw]``,
+    ``options`` are passed to the runtime as the backend documents."""
+
+    runtime: str
+    image: str
+    mounts: Tuple[str, ...] = ()
+    options: Tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class JobSpec:
     """A validated job. ``locations`` lets later checks cite file:line for a key."""
 
@@ -82,6 +95,7 @@ class JobSpec:
     rendezvous: RendezvousSpec
     backends: Mapping[str, Mapping[str, Any]]
     source: Optional[Path] = None
+    container: Optional[ContainerSpec] = None
     locations: Locations = dataclasses.field(
         default_factory=lambda: Locations(None), compare=False, repr=False)
 
@@ -137,14 +151,14 @@ def from_mapping(data: Any, *, base_dir: Path, default_name: str = "job",
     network = root.take("network", lambda v, p: _network(v, p, locations), default=NetworkSpec())
     rendezvous = root.take("rendezvous", lambda v, p: _rendezvous(v, p, locations, base_dir),
                            default=None) or RendezvousSpec(dir=default_runs_dir())
-    root.take("container", _container, default=None)
+    container = root.take("container", lambda v, p: _container(v, p, locations), default=None)
     backends = root.take("backends", lambda v, p: _backends(v, p, locations), default={})
     root.finish()
     if not workdir.is_dir():
         raise locations.error(("workdir",), f"no such directory: {workdir}")
     return JobSpec(name=name, workdir=workdir, env=env, inherit_env=inherit_env, roles=roles,
                    network=network, rendezvous=rendezvous, backends=backends, source=source,
-                   locations=locations)
+                   container=container, locations=locations)
 
 
 def with_counts(spec: JobSpec, workers: Optional[int] = None,
@@ -362,8 +376,40 @@ def _rendezvous(value: Any, key_path: KeyPath, locations: Locations,
     return result
 
 
-def _container(value: Any, _: KeyPath) -> None:
-    raise ValueError("containers are not supported yet; remove the key or set it to null")
+def _container(value: Any, key_path: KeyPath, locations: Locations) -> ContainerSpec:
+    section = _Section(value, key_path, locations, "container")
+
+    def runtime(v: Any, _: KeyPath) -> str:
+        if v not in CONTAINER_RUNTIMES:
+            raise ValueError(f"expected one of {', '.join(CONTAINER_RUNTIMES)}, got {v!r}")
+        return v
+
+    def image(v: Any, _: KeyPath) -> str:
+        if not isinstance(v, str) or not v.strip():
+            raise ValueError(f"expected an image name, got {_kind(v)}")
+        return v
+
+    def strings(v: Any, _: KeyPath) -> Tuple[str, ...]:
+        if not isinstance(v, list) or not all(isinstance(i, str) and i for i in v):
+            raise ValueError(f"expected a list of strings, got {_kind(v)}")
+        return tuple(v)
+
+    def mounts(v: Any, p: KeyPath) -> Tuple[str, ...]:
+        for mount in strings(v, p):
+            parts = mount.split(":")
+            if len(parts) not in (2, 3) or not all(parts[:2]) or parts[2:] not in ([], ["ro"],
+                                                                                     ["rw"]):
+                raise ValueError(f"a mount is host-path:container-path[:ro|rw], got {mount!r}")
+        return tuple(v)
+
+    result = ContainerSpec(runtime=section.take("runtime", runtime, "docker"),
+                           image=section.take("image", image, ""),
+                           mounts=section.take("mounts", mounts, ()),
+                           options=section.take("options", strings, ()))
+    section.finish()
+    if not result.image:
+        raise locations.error(key_path + ("image",), "missing: the container image to run")
+    return result
 
 
 def _backends(value: Any, key_path: KeyPath, locations: Locations) -> Dict[str, Dict[str, Any]]:
@@ -371,14 +417,13 @@ def _backends(value: Any, key_path: KeyPath, locations: Locations) -> Dict[str, 
         raise ValueError(f"backends must be a mapping of backend name to options, "
                          f"got {_kind(value)}")
     result = {}
-    for name, options in value.items():
+    for name, raw_options in value.items():
         if name not in KNOWN_BACKENDS:
             close = difflib.get_close_matches(name, KNOWN_BACKENDS, n=1, cutoff=0.5)
             raise locations.error(key_path + (name,), "unknown backend",
                                   f"did you mean {close[0]!r}?" if close else
                                   "known backends: " + ", ".join(KNOWN_BACKENDS))
-        if options is None:
-            options = {}
+        options = {} if raw_options is None else raw_options
         if not isinstance(options, dict):
             raise locations.error(key_path + (name,),
                                   f"backend options must be a mapping, got {_kind(options)}")
@@ -389,10 +434,10 @@ def _backends(value: Any, key_path: KeyPath, locations: Locations) -> Dict[str, 
 # ------------------------------------------------------------------ backend options
 
 
-O = TypeVar("O")
+OptionsT = TypeVar("OptionsT")
 
 
-def parse_options(spec: JobSpec, backend: str, options_type: Callable[..., O]) -> O:
+def parse_options(spec: JobSpec, backend: str, options_type: Callable[..., OptionsT]) -> OptionsT:
     """The ``backends.<backend>`` block of ``spec`` as an ``options_type`` dataclass.
 
     Field types drive validation (int, float, bool, str, Optional[...], list of str);

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Dict, List, Type
+from typing import Dict, List, Tuple, Type
 
 from ..errors import BackendUnavailable, MxbatchError
 from .base import Backend
@@ -13,8 +13,9 @@ _BUILTIN: Dict[str, str] = {
     "local": "mxbatch.backends.local:LocalBackend",
     "sge": "mxbatch.backends.sge:SgeBackend",
     "slurm": "mxbatch.backends.slurm:SlurmBackend",
+    "yarn": "mxbatch.backends.yarn:YarnBackend",
 }
-_PLANNED = ("yarn",)
+_PLANNED: Tuple[str, ...] = ()
 
 
 def names() -> List[str]:

@@ -10,12 +10,18 @@ from __future__ import annotations
 import abc
 import dataclasses
 from pathlib import Path
-from typing import Any, ClassVar, Dict, Iterator, List, Optional
+from typing import Any, Callable, ClassVar, Dict, Iterator, List, Optional, Tuple
 
 from ..plan import JobPlan
 from ..records import JobRecord
 from ..runtime.planfile import RunPlan
+from ..runtime.rendezvous import FileRendezvous, Rendezvous
+from ..spec import JobSpec
 from ..status import JobStatus
+
+#: reads one task's log from a byte offset: ``reader(offset, final)`` -> the bytes
+#: from there on (None: nothing yet); ``final`` asks for a last, complete read
+LogReader = Callable[[int, bool], Optional[bytes]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,14 +54,20 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     #: every task runs on this machine: advertise 127.0.0.1
     loopback_only: ClassVar[bool] = False
+    #: the ``container.runtime`` values this backend runs roles in
+    container_runtimes: ClassVar[Tuple[str, ...]] = ()
+    #: the dataclass of this backend's ``backends.<name>`` block, if it has one
+    options_class: ClassVar[Optional[type]] = None
 
     def __init__(self, options: Any = None) -> None:
+        """``options``: an ``options_class`` instance; its defaults when None."""
+        if options is None and self.options_class is not None:
+            options = self.options_class()
         self.options = options
 
     @classmethod
     def options_type(cls) -> Optional[type]:
-        """The dataclass of this backend's ``backends.<name>`` block, if it has one."""
-        return None
+        return cls.options_class
 
     def check(self, plan: JobPlan) -> None:  # noqa: B027 - optional hook
         """Raise ``SpecError`` if ``plan`` makes no sense for this backend. No cluster I/O."""
@@ -79,6 +91,27 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def cancel(self, record: JobRecord) -> None:
         """Stop the job; idempotent; nothing may remain queued or running afterwards."""
+
+    def check_container(self, spec: JobSpec) -> None:
+        """SpecError at ``container`` if the spec asks for a container runtime this
+        backend does not run roles in. No cluster I/O."""
+        container = spec.container
+        if container is None or container.runtime in self.container_runtimes:
+            return
+        runs = (f"it runs {', '.join(self.container_runtimes)}" if self.container_runtimes
+                else "remove the key or set it to null")
+        raise spec.error(("container",), f"{container.runtime} containers are not supported "
+                                         f"by backend {self.name!r}", runs)
+
+    def rendezvous(self, record: JobRecord) -> Rendezvous:
+        """The job's shared state (task records, abort) as the CLI reads and writes it:
+        by default the files of the run directory."""
+        return FileRendezvous(record.run_dir)
+
+    def log_reader(self, record: JobRecord, role: str, rank: int) -> Optional[LogReader]:
+        """How the CLI reads one task's log while following the job; None: the file
+        ``<run_dir>/logs/<role>-<rank>.log`` on this machine."""
+        return None
 
     def logs(self, record: JobRecord, role: str, rank: int) -> Iterator[str]:
         """Lines of one task's log (stdout and stderr of the role, supervisor notes)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import enum
 import re
 import shlex
 import shutil
@@ -228,6 +229,15 @@ class BatchBackend(Backend):
             if time.time() > deadline:
                 return False
             time.sleep(0.5)
+
+
+def check_choice(plan: JobPlan, backend: str, key: str, value: str,
+                 choices: "type[enum.Enum]") -> None:
+    """SpecError at ``backends.<backend>.<key>`` unless ``value`` is one of ``choices``."""
+    allowed = [c.value for c in choices]
+    if value not in allowed:
+        raise plan.spec.error(("backends", backend, key),
+                              f"expected one of {', '.join(allowed)}, got {value!r}")
 
 
 def rejected(scheduler: str, words: str, hint: str) -> SubmissionRejected:

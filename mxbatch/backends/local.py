@@ -38,14 +38,11 @@ class LocalOptions:
 class LocalBackend(Backend):
     name = "local"
     loopback_only = True
-
-    @classmethod
-    def options_type(cls) -> Optional[type]:
-        return LocalOptions
+    options_class = LocalOptions
 
     @property
     def slots(self) -> Optional[int]:
-        return self.options.slots if self.options else None
+        return self.options.slots
 
     def check(self, plan: JobPlan) -> None:
         interface = plan.spec.network.interface

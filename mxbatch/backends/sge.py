@@ -27,11 +27,12 @@ from ..runtime.planfile import RunPlan
 from ..status import NativeState, TaskKey
 from ..units import format_duration
 from . import drmaa as drmaa_glue
-from .base import Submission
+from .base import RenderedItem, Submission
 from .batch import (
     BatchBackend,
     Directive,
     RoleGroup,
+    check_choice,
     flat_argv,
     job_name,
     native_directives,
@@ -99,13 +100,7 @@ class SgeBackend(BatchBackend):
     name = "sge"
     script_template = "sge.sh"
     directive_prefix = "#$"
-
-    def __init__(self, options: Optional[SgeOptions] = None) -> None:
-        super().__init__(options or SgeOptions())
-
-    @classmethod
-    def options_type(cls) -> Optional[type]:
-        return SgeOptions
+    options_class = SgeOptions
 
     # ------------------------------------------------------------------ checks
     def submitter(self) -> Submitter:
@@ -126,10 +121,7 @@ class SgeBackend(BatchBackend):
         return env
 
     def check(self, plan: JobPlan) -> None:
-        if self.options.submitter not in {s.value for s in Submitter}:
-            raise plan.spec.error(("backends", "sge", "submitter"),
-                                  f"expected one of auto, drmaa, qsub, got "
-                                  f"{self.options.submitter!r}")
+        check_choice(plan, self.name, "submitter", self.options.submitter, Submitter)
 
     def check_environment(self) -> None:
         env = self._environ()
@@ -206,8 +198,6 @@ class SgeBackend(BatchBackend):
     def render(self, plan: JobPlan) -> Submission:
         submission = super().render(plan)
         if self.submitter() is Submitter.DRMAA:
-            from .base import RenderedItem
-
             items = [RenderedItem(f"DRMAA runBulkJobs for {g.role.value} (1-{g.count})",
                                   "\n".join(f"{k}: {v}" for k, v in
                                             dataclasses.asdict(self.template(plan, g)).items()))

@@ -31,6 +31,7 @@ from .batch import (
     BatchBackend,
     Directive,
     RoleGroup,
+    check_choice,
     directive_lines,
     flat_argv,
     job_name,
@@ -113,13 +114,7 @@ class SlurmBackend(BatchBackend):
     name = "slurm"
     script_template = "slurm.sh"
     directive_prefix = "#SBATCH"
-
-    def __init__(self, options: Optional[SlurmOptions] = None) -> None:
-        super().__init__(options or SlurmOptions())
-
-    @classmethod
-    def options_type(cls) -> Optional[type]:
-        return SlurmOptions
+    options_class = SlurmOptions
 
     # ------------------------------------------------------------------ checks
     def submitter(self) -> Submitter:
@@ -131,12 +126,8 @@ class SlurmBackend(BatchBackend):
         return wanted
 
     def check(self, plan: JobPlan) -> None:
-        for key, enum_type in (("submitter", Submitter), ("gpu_flag", GpuFlag)):
-            value = getattr(self.options, key)
-            if value not in {e.value for e in enum_type}:
-                raise plan.spec.error(("backends", "slurm", key),
-                                      f"expected one of {', '.join(e.value for e in enum_type)}"
-                                      f", got {value!r}")
+        check_choice(plan, self.name, "submitter", self.options.submitter, Submitter)
+        check_choice(plan, self.name, "gpu_flag", self.options.gpu_flag, GpuFlag)
         if self.options.het and self.options.submitter == Submitter.DRMAA.value:
             raise plan.spec.error(("backends", "slurm", "het"),
                                   "heterogeneous jobs need submitter: sbatch")

@@ -35,8 +35,9 @@ from .task import TaskIdentityError, resolve
 def _load_plan(run_dir: str) -> RunPlan:
     with open(os.path.join(run_dir, "plan.json")) as handle:
         plan = RunPlan.from_json(handle.read())
-    return dataclasses.replace(plan, run_dir=os.path.join(run_dir, plan.run_dir),
-                               workdir=os.path.join(run_dir, plan.workdir))
+    return dataclasses.replace(
+        plan, run_dir=os.path.normpath(os.path.join(run_dir, plan.run_dir)),
+        workdir=os.path.normpath(os.path.join(run_dir, plan.workdir)))
 
 
 def _kv_rendezvous(target: str, plan: RunPlan) -> KeyValueRendezvous:
@@ -85,7 +86,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.kv_store:
         try:
             rendezvous = _kv_rendezvous(args.kv_store, plan)
-        except Exception as exc:  # noqa: BLE001 - any import or connection failure
+        except Exception as exc:  # any import or connection failure
             sys.stderr.write("mxbatch runtime: --kv-store %s: %s: %s\n"
                              % (args.kv_store, type(exc).__name__, exc))
             return 2

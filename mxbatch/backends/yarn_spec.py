@@ -1,0 +1,231 @@
+"""The skein application of a job, as plain data: pure, no skein import, no I/O.
+
+One application per job with three services, ``scheduler`` (1 instance),
+``server`` (S) and ``worker`` (W). Skein names a service's containers
+``<service>_<i>`` (``$SKEIN_CONTAINER_ID``); with ``max_restarts: 0`` ``i`` runs
+0..count-1, and container ``i`` of a role runs task ``<first index of the role> + i``
+(so ``worker_1`` is ``worker[1]``). Every container gets the same files:
+
+- ``runtime.pyz``: the runtime zipapp;
+- ``plan.json``: the job's plan with ``run_dir`` ``.`` (the container's working
+  directory) and, when the workdir is shipped, ``workdir`` ``workdir``;
+- ``mxbatch-env.sh``: the submitting environment (``inherit_env``), sourced by the
+  container script: YARN writes service ``env`` values into its launch script
+  unquoted, so arbitrary values go through this file (shell-quoted) instead;
+- ``workdir``: the spec's workdir (a directory; YARN copies it once per node),
+  unless ``backends.yarn.ship_workdir`` is false (it is then used in place and must
+  be on storage every node mounts at the same path).
+
+Supervisors keep their rendezvous in skein's key-value store
+(``--kv-store mxbatch.backends.yarn_kv:container_store``), so the plan's Python
+(the submitter's, by absolute path) must exist on every node with ``mxbatch[yarn]``
+installed, as the roles' Python does anyway (or inside the Docker image, e.g. a
+read-only mount of the venv). The role logs go to the container's YARN log
+directory (``logs`` is a link to it), where the NodeManager serves them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import yaml
+
+from ..plan import JobPlan
+from ..runtime.planfile import RunPlan, TaskInfo
+from ..spec import ContainerSpec, Role
+
+#: memory of a container whose role's spec sets none
+DEFAULT_MEMORY_MIB = 1024
+#: skein's application master: holds the key-value store (skein's default size)
+MASTER_MEMORY_MIB = 512
+MASTER_VCORES = 1
+#: how the runtime in a container reaches the key-value store
+KV_STORE_FACTORY = "mxbatch.backends.yarn_kv:container_store"
+ENV_FILE = "mxbatch-env.sh"
+PLAN_FILE = "plan.json"
+RUNTIME_FILE = "runtime.pyz"
+WORKDIR_FILE = "workdir"
+
+#: never taken from the submitting environment: set by YARN/skein for each
+#: container, private to the submitting host, or confusing to ps-lite
+_NOT_INHERITED = frozenset((
+    "HOME", "PWD", "OLDPWD", "SHLVL", "_", "HOSTNAME", "USER", "LOGNAME", "TMPDIR",
+    "CONTAINER_ID", "LOG_DIRS", "LOCAL_DIRS", "LOCAL_USER_DIRS", "JVM_PID", "CLASSPATH",
+    "HADOOP_TOKEN_FILE_LOCATION", "HADOOP_USER_NAME", "PRELAUNCH_OUT", "PRELAUNCH_ERR",
+    "LOCALIZATION_COUNTERS", "MALLOC_ARENA_MAX", "PORT"))
+_NOT_INHERITED_PREFIXES = ("DMLC_", "MXBATCH_", "SKEIN_", "NM_", "YARN_CONTAINER_RUNTIME_",
+                           "BASH_FUNC_")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: what YARN's Docker runtime reads from a container's launch environment
+DOCKER_ENV_PREFIX = "YARN_CONTAINER_RUNTIME_DOCKER_"
+
+
+@dataclasses.dataclass(frozen=True)
+class YarnOptions:
+    """``backends.yarn``.
+
+    ``queue``: the YARN queue; ``node_label``: a node label expression for every
+    container; ``tags``: extra application tags; ``ship_workdir``: copy the spec's
+    workdir into every container (false: use it in place, on shared storage);
+    ``connect_timeout``: how long to wait for the ResourceManager to answer.
+    """
+
+    queue: str = "default"
+    node_label: Optional[str] = None
+    tags: Tuple[str, ...] = ()
+    ship_workdir: bool = True
+    connect_timeout: float = 20.0
+
+
+def application_tags(plan: JobPlan, options: YarnOptions) -> List[str]:
+    """``mxbatch``, the job id (YARN lowercases tags) and the user's."""
+    return sorted({"mxbatch", f"mxbatch-job-{plan.job_id}".lower(),
+                   *(t.lower() for t in options.tags)})
+
+
+def container_plan(run: RunPlan, ship_workdir: bool) -> RunPlan:
+    """The plan as containers see it: paths relative to the container's directory."""
+    return dataclasses.replace(run, run_dir=".",
+                               workdir=WORKDIR_FILE if ship_workdir else run.workdir)
+
+
+def inherited_environment(run: RunPlan, environ: Mapping[str, str]) -> Dict[str, str]:
+    """What every container takes from the submitting environment: all of it
+    (``inherit_env``) but what YARN sets per container, else only ``PATH``."""
+    if not run.inherit_env:
+        return {"PATH": environ["PATH"]} if "PATH" in environ else {}
+    return {name: value for name, value in sorted(environ.items())
+            if _NAME.fullmatch(name) and name not in _NOT_INHERITED
+            and not name.startswith(_NOT_INHERITED_PREFIXES)}
+
+
+def env_file(variables: Mapping[str, str]) -> str:
+    """``mxbatch-env.sh``: one shell-quoted ``export`` per variable."""
+    lines = ["# mxbatch: the submitting environment, sourced by every container script"]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in variables.items()]
+    return "\n".join(lines) + "\n"
+
+
+def docker_environment(container: ContainerSpec) -> Dict[str, str]:
+    """The launch environment that makes YARN run a container in Docker (needs the
+    LinuxContainerExecutor with Docker enabled on the NodeManagers, and the mounts
+    allowed in their container-executor.cfg): the image, the host's network (ps-lite
+    advertises the host's IP), the mounts (``src:dst:mode``) and ``options`` of the
+    form ``YARN_CONTAINER_RUNTIME_DOCKER_<NAME>=value``."""
+    env = {"YARN_CONTAINER_RUNTIME_TYPE": "docker",
+           DOCKER_ENV_PREFIX + "IMAGE": container.image,
+           DOCKER_ENV_PREFIX + "CONTAINER_NETWORK": "host"}
+    if container.mounts:
+        env[DOCKER_ENV_PREFIX + "MOUNTS"] = ",".join(
+            m if m.count(":") == 2 else m + ":rw" for m in container.mounts)
+    for option in container.options:
+        name, _, value = option.partition("=")
+        env[name] = value
+    return env
+
+
+def container_script(run: RunPlan, role: Role) -> str:
+    """The bash script of one service: find the task from the container index, link
+    ``logs`` to YARN's log directory, load the environment, run the supervisor."""
+    tasks = run.tasks_of(role.value)
+    first = tasks[0].index
+    python = shlex.quote(run.python)
+    return "\n".join([
+        f"# mxbatch job {run.job_id}: container {role.value}_<i> runs task {first}+i "
+        f"({role.value}[i])",
+        "set -e",
+        "i=${SKEIN_CONTAINER_ID##*_}",
+        f'if [ "$i" -ge {len(tasks)} ]; then',
+        f'  echo "mxbatch: container $SKEIN_CONTAINER_ID: the job has only {len(tasks)} '
+        f'{role.value} task(s)" >&2',
+        "  exit 2",
+        "fi",
+        'ln -sfn "${LOG_DIRS%%,*}" logs',
+        f". ./{ENV_FILE}",
+        f"exec {python} {RUNTIME_FILE} run . --task $(({first} + i)) "
+        f"--kv-store {KV_STORE_FACTORY}",
+    ]) + "\n"
+
+
+def _resources(task: TaskInfo) -> Dict[str, int]:
+    resources = {"memory": task.memory_mib or DEFAULT_MEMORY_MIB, "vcores": task.cpus}
+    if task.gpus:
+        resources["gpus"] = task.gpus
+    return resources
+
+
+@dataclasses.dataclass(frozen=True)
+class ShippedFiles:
+    """Local sources of the files every container gets (paths on the submitting host)."""
+
+    runtime: str
+    plan: str
+    env: str
+    workdir: Optional[str]
+
+    def as_skein(self) -> Dict[str, Dict[str, str]]:
+        files = {RUNTIME_FILE: self.runtime, PLAN_FILE: self.plan, ENV_FILE: self.env}
+        if self.workdir:
+            files[WORKDIR_FILE] = self.workdir
+        return {target: {"source": source, "type": "file"} for target, source in files.items()}
+
+
+def shipped_files(plan: JobPlan, options: YarnOptions) -> ShippedFiles:
+    """Where ``submit`` writes the container files (``<run_dir>/yarn/``) and the workdir."""
+    run_dir = plan.run_dir
+    return ShippedFiles(runtime=str(run_dir / RUNTIME_FILE), plan=str(run_dir / "yarn" / PLAN_FILE),
+                        env=str(run_dir / "yarn" / ENV_FILE),
+                        workdir=plan.run.workdir if options.ship_workdir else None)
+
+
+def application_spec(plan: JobPlan, options: YarnOptions) -> Dict[str, Any]:
+    """The skein ``ApplicationSpec`` of ``plan`` as a dict (``ApplicationSpec.from_dict``)."""
+    files = shipped_files(plan, options).as_skein()
+    service_env = {"MXBATCH_JOB_ID": plan.job_id}
+    if plan.spec.container is not None:
+        service_env.update(docker_environment(plan.spec.container))
+    services: Dict[str, Any] = {}
+    for role in Role:
+        tasks = plan.tasks_of(role)
+        if not tasks:
+            continue
+        services[role.value] = {
+            "instances": len(tasks),
+            "max_restarts": 0,
+            "resources": _resources(tasks[0]),
+            "files": files,
+            "env": dict(service_env),
+            "script": container_script(plan.run, role),
+        }
+    return {
+        "name": plan.job_id,
+        "queue": options.queue,
+        "node_label": options.node_label or "",
+        "tags": application_tags(plan, options),
+        "max_attempts": 1,
+        "master": {"resources": {"memory": MASTER_MEMORY_MIB, "vcores": MASTER_VCORES}},
+        "services": services,
+    }
+
+
+class _SpecDumper(yaml.SafeDumper):
+    """YAML for people: no anchors for the files every service shares, scripts as blocks."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_SpecDumper.add_representer(str, _str)
+
+
+def spec_yaml(spec: Mapping[str, Any]) -> str:
+    """The specification as skein's YAML (``skein application submit`` reads it too)."""
+    return yaml.dump(dict(spec), Dumper=_SpecDumper, sort_keys=False, width=1000)

@@ -1,0 +1,364 @@
+"""YARN without a cluster: the skein specification (golden), the container environment
+(inherited variables, YARN's Docker runtime), the key-value rendezvous on a stand-in
+store, reading NodeManager log answers and abort diagnostics, status rules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mxbatch import jobs
+from mxbatch import plan as planning
+from mxbatch import spec as specs
+from mxbatch.backends import yarn_spec
+from mxbatch.backends.yarn import YarnBackend, native_states, settle
+from mxbatch.backends.yarn_app import AppReport, abort_from_report
+from mxbatch.backends.yarn_kv import abort_from_diagnostics, diagnostics_for
+from mxbatch.backends.yarn_logs import ContainerInfo, LogFollower, unwrap
+from mxbatch.errors import SpecError
+from mxbatch.runtime.kvrendezvous import KeyValueRendezvous, KeyValueStore
+from mxbatch.runtime.states import AbortKind, AbortRecord, TaskRecord, TaskState
+from mxbatch.spec import parse_options
+from mxbatch.status import NativeState
+
+SPEC = """\
+name: golden
+command: python3 train.py
+resources: {cpus: 2, memory: 4G, walltime: 2h}
+roles:
+  server: {count: 1}
+  worker: {count: 3, resources: {gpus: 1}}
+rendezvous: {dir: /shared/runs}
+container: {image: "registry.example/mxnet:1.9.1", mounts: ["/data:/data:ro", "/venv:/venv"]}
+backends:
+  yarn: {queue: ml, node_label: gpu, tags: [Team-A]}
+"""
+
+GOLDEN_HEAD = """\
+name: golden-00000001
+queue: ml
+node_label: gpu
+tags:
+- mxbatch
+- mxbatch-job-golden-00000001
+- team-a
+max_attempts: 1
+master:
+  resources:
+    memory: 512
+    vcores: 1
+services:
+"""
+
+GOLDEN_WORKER = """\
+  worker:
+    instances: 3
+    max_restarts: 0
+    resources:
+      memory: 4096
+      vcores: 2
+      gpus: 1
+    files:
+      runtime.pyz:
+        source: /shared/runs/golden-00000001/runtime.pyz
+        type: file
+      plan.json:
+        source: /shared/runs/golden-00000001/yarn/plan.json
+        type: file
+      mxbatch-env.sh:
+        source: /shared/runs/golden-00000001/yarn/mxbatch-env.sh
+        type: file
+      workdir:
+        source: {workdir}
+        type: file
+    env:
+      MXBATCH_JOB_ID: golden-00000001
+      YARN_CONTAINER_RUNTIME_TYPE: docker
+      YARN_CONTAINER_RUNTIME_DOCKER_IMAGE: registry.example/mxnet:1.9.1
+      YARN_CONTAINER_RUNTIME_DOCKER_CONTAINER_NETWORK: host
+      YARN_CONTAINER_RUNTIME_DOCKER_MOUNTS: /data:/data:ro,/venv:/venv:rw
+    script: |
+      # mxbatch job golden-00000001: container worker_<i> runs task 2+i (worker[i])
+      set -e
+      i=${{SKEIN_CONTAINER_ID##*_}}
+      if [ "$i" -ge 3 ]; then
+        echo "mxbatch: container $SKEIN_CONTAINER_ID: the job has only 3 worker task(s)" >&2
+        exit 2
+      fi
+      ln -sfn "${{LOG_DIRS%%,*}}" logs
+      . ./mxbatch-env.sh
+      exec /venv/bin/python runtime.pyz run . --task $((2 + i)) --kv-store mxbatch.backends.yarn_kv:container_store
+"""
+
+
+def golden(tmp_path: Path, text: str = SPEC):
+    spec = specs.parse(text, tmp_path / "golden.yaml")
+    backend = YarnBackend(parse_options(spec, "yarn", yarn_spec.YarnOptions))
+    plan = planning.make(spec, "yarn", job_id="golden-00000001", created_at=0,
+                         python="/venv/bin/python")
+    return backend, plan
+
+
+# ------------------------------------------------------------------ the specification
+
+
+def test_skein_specification_is_golden(tmp_path):
+    backend, plan = golden(tmp_path)
+    text = yarn_spec.spec_yaml(yarn_spec.application_spec(plan, backend.options))
+    assert text.startswith(GOLDEN_HEAD)
+    assert GOLDEN_WORKER.format(workdir=tmp_path) in text
+    assert list(yarn_spec.application_spec(plan, backend.options)["services"]) == [
+        "scheduler", "server", "worker"]
+
+
+def test_specification_is_what_skein_accepts(tmp_path):
+    skein = pytest.importorskip("skein")
+    backend, plan = golden(tmp_path)
+    data = yarn_spec.application_spec(plan, backend.options)
+    spec = skein.ApplicationSpec.from_dict(data)
+    assert spec.services["worker"].instances == 3
+    assert spec.services["worker"].resources.gpus == 1
+    assert spec.services["server"].max_restarts == 0
+    assert spec.node_label == "gpu" and spec.queue == "ml"
+    assert set(spec.services["scheduler"].files) == {"runtime.pyz", "plan.json",
+                                                     "mxbatch-env.sh", "workdir"}
+
+
+def test_containers_see_paths_relative_to_their_directory(tmp_path):
+    _, plan = golden(tmp_path)
+    shipped = yarn_spec.container_plan(plan.run, ship_workdir=True)
+    assert (shipped.run_dir, shipped.workdir) == (".", "workdir")
+    in_place = yarn_spec.container_plan(plan.run, ship_workdir=False)
+    assert in_place.workdir == str(tmp_path)
+    options = parse_options(specs.parse(SPEC.replace("tags: [Team-A]", "ship_workdir: false"),
+                                        tmp_path / "golden.yaml"), "yarn",
+                            yarn_spec.YarnOptions)
+    assert "workdir" not in yarn_spec.application_spec(plan, options)["services"]["worker"][
+        "files"]
+
+
+def test_memory_defaults_when_the_spec_sets_none(tmp_path):
+    backend, plan = golden(tmp_path, "command: x\nrendezvous: {dir: /r}\n")
+    services = yarn_spec.application_spec(plan, backend.options)["services"]
+    assert services["worker"]["resources"] == {"memory": yarn_spec.DEFAULT_MEMORY_MIB,
+                                               "vcores": 1}
+    assert "YARN_CONTAINER_RUNTIME_TYPE" not in services["worker"]["env"]
+
+
+def test_render_through_the_cli_contacts_no_cluster(cli, tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(SPEC.replace("/shared/runs", str(tmp_path / "runs")))
+    env = {"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
+           "JAVA_HOME": "/nonexistent", "YARN_CONF_DIR": "/nonexistent"}
+    result = cli.run("render", "--backend", "yarn", str(path), env=env)
+    assert result.returncode == 0, result.stderr
+    assert "## skein application specification" in result.stdout
+    assert "  worker:\n    instances: 3\n" in result.stdout
+    assert "skein driver" not in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+# ------------------------------------------------------------------ container environment
+
+
+def test_inherited_environment_leaves_out_what_yarn_sets(tmp_path):
+    _, plan = golden(tmp_path)
+    environ = {"PATH": "/venv/bin:/usr/bin", "VIRTUAL_ENV": "/venv", "EPOCHS": "3",
+               "HOME": "/home/me", "PWD": "/here", "PORT": "80", "DMLC_ROLE": "worker",
+               "MXBATCH_HOME": "/m", "SKEIN_CONFIG": "/s", "CONTAINER_ID": "c",
+               "LOG_DIRS": "/l", "NM_HOST": "n", "BASH_FUNC_f%%": "() { :; }",
+               "YARN_CONTAINER_RUNTIME_TYPE": "docker", "TMPDIR": "/tmp/me"}
+    assert yarn_spec.inherited_environment(plan.run, environ) == {
+        "EPOCHS": "3", "PATH": "/venv/bin:/usr/bin", "VIRTUAL_ENV": "/venv"}
+    closed = planning.make(specs.parse("command: x\ninherit_env: false\n",
+                                       tmp_path / "j.yaml"), "yarn")
+    assert yarn_spec.inherited_environment(closed.run, environ) == {"PATH": "/venv/bin:/usr/bin"}
+
+
+def test_env_file_survives_any_value_through_bash(tmp_path):
+    values = {"QUOTES": "it's \"x\"", "DOLLAR": "$HOME `id` $(id)", "NEWLINE": "a\nb",
+              "EMPTY": "", "SPACES": "  a  b  "}
+    path = tmp_path / "env.sh"
+    path.write_text(yarn_spec.env_file(values))
+    out = subprocess.run(["bash", "-c", f'. "{path}" && env -0'], capture_output=True,
+                         check=True, env={}).stdout
+    seen = dict(item.decode().split("=", 1) for item in out.split(b"\0") if b"=" in item)
+    assert {k: seen[k] for k in values} == values
+
+
+def test_docker_runtime_environment():
+    container = specs.ContainerSpec(
+        runtime="docker", image="img:1", mounts=("/a:/a", "/b:/c:ro"),
+        options=("YARN_CONTAINER_RUNTIME_DOCKER_RUN_PRIVILEGED_CONTAINER=true",))
+    assert yarn_spec.docker_environment(container) == {
+        "YARN_CONTAINER_RUNTIME_TYPE": "docker",
+        "YARN_CONTAINER_RUNTIME_DOCKER_IMAGE": "img:1",
+        "YARN_CONTAINER_RUNTIME_DOCKER_CONTAINER_NETWORK": "host",
+        "YARN_CONTAINER_RUNTIME_DOCKER_MOUNTS": "/a:/a:rw,/b:/c:ro",
+        "YARN_CONTAINER_RUNTIME_DOCKER_RUN_PRIVILEGED_CONTAINER": "true"}
+
+
+@pytest.mark.parametrize("container,backend,words", [
+    ("{runtime: podman, image: x}", "yarn", "podman containers are not supported by backend "
+                                            "'yarn'"),
+    ("{image: x}", "local", "docker containers are not supported by backend 'local'"),
+    ("{image: x, options: [--privileged]}", "yarn", "YARN_CONTAINER_RUNTIME_DOCKER_<NAME>"),
+    ("{image: x, mounts: [data:/data]}", "yarn", "absolute paths only"),
+    ("{image: x, mounts: [/a]}", None, "host-path:container-path"),
+    ("{runtime: docker}", None, "missing: the container image"),
+    ("{image: x, volumes: []}", None, "unknown key"),
+], ids=["yarn-podman", "local", "yarn-option", "relative-mount", "bad-mount", "no-image",
+        "unknown-key"])
+def test_container_spec_errors(tmp_path, container, backend, words):
+    path = tmp_path / "job.yaml"
+    path.write_text(f"command: x\ncontainer: {container}\n")
+    with pytest.raises(SpecError) as error:
+        jobs.prepare(specs.load(path), backend or "yarn", for_submit=False)
+    assert words in str(error.value) and f"{path}:2:" in str(error.value)
+
+
+# ------------------------------------------------------------------ key-value rendezvous
+
+
+class DictStore(KeyValueStore):
+    def __init__(self) -> None:
+        self.data = {}
+        self.closed = None
+
+    def get(self, key):
+        return self.data.get(key)
+
+    def put(self, key, value):
+        self.data[key] = value
+
+    def put_new(self, key, value):
+        return self.data.setdefault(key, value) is value
+
+    def get_prefix(self, prefix):
+        return {k: v for k, v in self.data.items() if k.startswith(prefix)}
+
+    def close(self, exit_status, abort):
+        self.closed = (exit_status, abort)
+
+
+def test_key_value_rendezvous_round_trips_and_first_abort_wins():
+    store = DictStore()
+    rdv = KeyValueRendezvous(store)
+    assert rdv.read_scheduler() is None and rdv.read_tasks() == {} and rdv.read_abort() is None
+    rdv.publish_scheduler({"ip": "127.0.0.1", "port": 9000})
+    assert rdv.read_scheduler()["port"] == 9000
+    rdv.write_task(TaskRecord(role="worker", rank=1, state=TaskState.RUNNING, heartbeat=3))
+    store.put("task/junk", b"{not json")
+    assert rdv.read_tasks()[("worker", 1)].heartbeat == 3
+    first = AbortRecord(kind=AbortKind.FAILED, reason="worker[1] exited with code 1")
+    assert rdv.write_abort(first) is True
+    assert rdv.write_abort(AbortRecord(kind=AbortKind.CANCELLED, reason="later")) is False
+    assert rdv.read_abort().reason == "worker[1] exited with code 1" and first.at > 0
+    rdv.close(1)
+    assert store.closed[0] == 1 and b"exited with code 1" in store.closed[1]
+
+
+def test_abort_travels_in_yarn_diagnostics():
+    abort = AbortRecord(kind=AbortKind.FAILED, reason="worker[0] exited with code 1",
+                        role="worker", rank=0, exit_code=1, at=5.0)
+    text = "Shutdown by user: " + diagnostics_for(abort.to_dict()) + "\nmore words"
+    assert abort_from_diagnostics(text) == abort.to_dict()
+    assert abort_from_diagnostics("Failure in service worker, see logs") is None
+    report = AppReport(state="FINISHED", final_status="FAILED", diagnostics=text)
+    assert abort_from_report(report).exit_code == 1
+    plain = abort_from_report(AppReport("FINISHED", "FAILED", "Failure in container "
+                                        "allocator:\nInvalid resource request!"))
+    assert plain.kind is AbortKind.FAILED
+    assert plain.reason == "YARN application FAILED: Failure in container allocator:"
+    assert abort_from_report(AppReport("KILLED", "KILLED", "")).kind is AbortKind.CANCELLED
+    assert abort_from_report(AppReport("FINISHED", "SUCCEEDED")) is None
+
+
+# ------------------------------------------------------------------ status rules
+
+
+def test_native_states_follow_the_containers(tmp_path):
+    _, plan = golden(tmp_path)
+    containers = {("scheduler", 0): "RUNNING", ("server", 0): "SUCCEEDED",
+                  ("worker", 0): "REQUESTED"}
+    native = native_states(plan.run, "RUNNING", containers)
+    assert native[("scheduler", 0)] is NativeState.ACTIVE
+    assert native[("server", 0)] is NativeState.GONE
+    assert native[("worker", 0)] is NativeState.QUEUED
+    assert native[("worker", 2)] is NativeState.QUEUED  # no container yet
+    assert set(native_states(plan.run, "ACCEPTED", containers).values()) == {
+        NativeState.QUEUED}
+
+
+def test_settle_after_the_application_ended(tmp_path):
+    _, plan = golden(tmp_path)
+    running = {(t.role, t.rank): TaskRecord(role=t.role, rank=t.rank, state=TaskState.RUNNING)
+               for t in plan.run.tasks}
+    done = settle(plan.run, running, "SUCCEEDED")
+    assert {r.state for r in done.values()} == {TaskState.SUCCEEDED}
+    assert settle(plan.run, {}, "SUCCEEDED")[("worker", 2)].state is TaskState.SUCCEEDED
+    abort = AbortRecord(kind=AbortKind.FAILED, reason="worker[1] exited with code 3",
+                        role="worker", rank=1, exit_code=3)
+    failed = settle(plan.run, running, "FAILED", abort)
+    assert failed[("worker", 1)].state is TaskState.FAILED
+    assert failed[("worker", 1)].exit_code == 3
+    assert failed[("worker", 0)].state is TaskState.CANCELLED
+    assert ("worker", 0) not in settle(plan.run, {}, "FAILED", abort)
+
+
+# ------------------------------------------------------------------ logs
+
+
+NM_ANSWER = (b"Container: container_1_0001_01_000002 on localhost:34175\n"
+             b"LogAggregationType: LOCAL\n" + b"=" * 68 + b"\n"
+             b"LogType:worker-0.log\nLogLastModifiedTime:Sun Nov 29 19:49:27 +0000 2026\n"
+             b"LogLength:14\nLogContents:\nline 1\nline 2\n"
+             b"End of LogType:worker-0.log.\n" + b"*" * 77 + b"\n\n")
+
+
+def test_nodemanager_log_answer_is_unwrapped():
+    assert unwrap(NM_ANSWER) == b"line 1\nline 2\n"
+    assert unwrap(b"plain text") == b"plain text"
+    info = ContainerInfo("container_1_0001_01_000002", "node7:8042")
+    assert info.log_url("worker-0.log") == ("http://node7:8042/ws/v1/node/containerlogs/"
+                                            "container_1_0001_01_000002/worker-0.log")
+
+
+def test_log_follower_fetches_at_most_once_a_second(monkeypatch):
+    fetched = []
+    clock = [100.0]
+    monkeypatch.setattr("mxbatch.backends.yarn_logs.fetch",
+                        lambda container, name: fetched.append(name) or b"abcdef")
+    follower = LogFollower(lambda: ContainerInfo("c", "n:1"), "worker-0.log",
+                           clock=lambda: clock[0])
+    assert follower(2, False) == b"cdef"
+    assert follower(6, False) is None  # too soon
+    assert follower(6, True) == b""    # final reads anyway
+    clock[0] += 1.5
+    assert follower(3, False) == b"def"
+    assert len(fetched) == 3
+    assert LogFollower(lambda: None, "x.log")(0, True) is None
+
+
+def test_status_of_a_finished_job_needs_no_driver(home, tmp_path):
+    backend, plan = golden(tmp_path, "command: x\nrendezvous: {dir: %s}\n" % (tmp_path / "r"))
+    run_dir = plan.run_dir
+    (run_dir / "yarn").mkdir(parents=True)
+    (run_dir / "plan.json").write_text(plan.run.to_json())
+    abort = AbortRecord(kind=AbortKind.CANCELLED, reason="cancelled by the user")
+    (run_dir / "yarn" / "report.json").write_text(json.dumps(
+        {"state": "FINISHED", "final_status": "KILLED",
+         "diagnostics": diagnostics_for(abort.to_dict())}))
+    from mxbatch.records import JobRecord
+
+    record = JobRecord(job_id=plan.job_id, backend="yarn", run_dir=str(run_dir),
+                       native={"app_id": "application_1_0001"})
+    backend._job(record).driver = lambda: pytest.fail("the driver was asked")
+    status = backend.status(record)
+    assert status.state.value == "CANCELLED" and status.terminal
+    assert status.reason == "cancelled by the user"
+    backend.cancel(record)  # idempotent, no driver either
