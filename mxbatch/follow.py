@@ -20,7 +20,6 @@ from .runtime.rendezvous import Rendezvous
 from .runtime.states import AbortKind, AbortRecord
 from .status import JobState, JobStatus
 
-POLL_S = 0.1
 # Give tasks this long past the startup deadline to report it themselves.
 DEADLINE_MARGIN_S = 2.0
 
@@ -86,7 +85,7 @@ def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
             raise WaitTimeout(f"job {record.job_id} still {status.state.value} after "
                               f"{timeout:g}s (it keeps running; `mxbatch cancel "
                               f"{record.job_id}` stops it)")
-        time.sleep(POLL_S)
+        time.sleep(backend.poll_interval_s)
     backend.cancel(record)  # idempotent: removes anything still queued or lingering
     for tail in tails.values():
         for line in tail.read(final=True):

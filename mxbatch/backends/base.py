@@ -58,6 +58,9 @@ class Backend(abc.ABC):
     container_runtimes: ClassVar[Tuple[str, ...]] = ()
     #: the dataclass of this backend's ``backends.<name>`` block, if it has one
     options_class: ClassVar[Optional[type]] = None
+    #: how often ``wait``/``--wait`` asks for the status (a batch system's qstat or
+    #: squeue should not be asked many times a second)
+    poll_interval_s: ClassVar[float] = 1.0
 
     def __init__(self, options: Any = None) -> None:
         """``options``: an ``options_class`` instance; its defaults when None."""

@@ -39,6 +39,7 @@ class LocalBackend(Backend):
     name = "local"
     loopback_only = True
     options_class = LocalOptions
+    poll_interval_s = 0.05  # reading a few local files
 
     @property
     def slots(self) -> Optional[int]:

@@ -75,8 +75,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     rendezvous: Rendezvous = FileRendezvous(run_dir)
     if args.command == "manage":
-        runtime_path = os.path.join(run_dir, "runtime.pyz")
-        return LocalManager(plan, rendezvous, runtime_path, args.slots).run()
+        return LocalManager(plan, rendezvous, args.slots).run()
     try:
         task = resolve(plan, os.environ, index=args.task, role=args.role,
                        index_variable=args.task_from, array_base=args.array_base)

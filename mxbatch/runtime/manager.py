@@ -1,4 +1,5 @@
-"""The local backend's per-job manager: starts supervisors on this machine.
+"""The local backend's per-job manager: starts supervisors on this machine
+(forked children, see ``ForkedSupervisor``).
 
 It starts at most ``slots`` supervisors at a time, scheduler first, then
 servers, then workers (like a queue with that many free slots); the rest wait
@@ -11,29 +12,27 @@ SIGKILLing their process groups. It exits when no supervisor is left.
 
 import os
 import signal
-import subprocess
 import sys
 import time
+import traceback
 from typing import Dict, List, Optional
 
 from .peers import missing_at_deadline, startup_abort
 from .planfile import RunPlan, TaskInfo
 from .rendezvous import Rendezvous
 from .states import AbortKind, AbortRecord, TaskRecord, TaskState
-from .supervisor import signal_name
+from .supervisor import Supervisor, signal_name
 
-POLL_S = 0.1
+POLL_S = 0.05
 
 
 class LocalManager:
-    def __init__(self, plan: RunPlan, rendezvous: Rendezvous, runtime_path: str,
-                 slots: Optional[int]) -> None:
+    def __init__(self, plan: RunPlan, rendezvous: Rendezvous, slots: Optional[int]) -> None:
         self.plan = plan
         self.rdv = rendezvous
-        self.runtime_path = runtime_path
         self.slots = slots or len(plan.tasks)
         self.queue: List[TaskInfo] = list(plan.tasks)
-        self.running: Dict[int, subprocess.Popen] = {}
+        self.running: Dict[int, ForkedSupervisor] = {}
         self.signalled = False
         self.stop_deadline: Optional[float] = None
 
@@ -63,12 +62,8 @@ class LocalManager:
     def _launch(self) -> None:
         while self.queue and len(self.running) < self.slots:
             task = self.queue.pop(0)
-            log = open(os.path.join(self.plan.run_dir, "logs", task.name + ".out"), "ab")
-            env = dict(os.environ, MXBATCH_TASK=str(task.index))
-            self.running[task.index] = subprocess.Popen(
-                [sys.executable, self.runtime_path, "run", self.plan.run_dir],
-                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-            log.close()
+            log = os.path.join(self.plan.run_dir, "logs", task.name + ".out")
+            self.running[task.index] = ForkedSupervisor(self.plan, task, self.rdv, log)
 
     def _reap(self) -> None:
         records = None
@@ -124,7 +119,56 @@ class LocalManager:
             self.rdv.write_abort(startup_abort(self.plan, missing, by="local manager"))
 
 
-def _signal(proc: subprocess.Popen, signum: int) -> None:
+class ForkedSupervisor:
+    """A task's supervisor in a forked child of the manager: no new interpreter to
+    start (about 1 ms instead of 50 per task), the runtime is already imported.
+    Its stdout and stderr go to ``log``. Offers the ``Popen`` calls the manager uses."""
+
+    def __init__(self, plan: RunPlan, task: TaskInfo, rendezvous: Rendezvous,
+                 log: str) -> None:
+        self.returncode: Optional[int] = None
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child never returns from here
+            code = 1
+            try:
+                _redirect(log)
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    signal.signal(signum, signal.SIG_DFL)
+                os.environ["MXBATCH_TASK"] = str(task.index)
+                code = Supervisor(plan, task, rendezvous).run()
+            except BaseException:  # a crash of the supervisor itself: show it in its log
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = (-os.WTERMSIG(status) if os.WIFSIGNALED(status)
+                                   else os.WEXITSTATUS(status))
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signum)
+
+
+def _redirect(log: str) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.close(null)
+
+
+def _signal(proc: ForkedSupervisor, signum: int) -> None:
     try:
         proc.send_signal(signum)
     except ProcessLookupError:

@@ -34,7 +34,7 @@ from .planfile import RunPlan, TaskInfo
 from .rendezvous import Backoff, Rendezvous
 from .states import AbortKind, AbortRecord, TaskRecord, TaskState
 
-POLL_S = 0.1
+POLL_S = 0.05
 HEARTBEAT_S = 1.0
 PEER_CHECK_S = 1.0
 SCHEDULER_ATTEMPTS = 3
