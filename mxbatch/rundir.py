@@ -50,7 +50,3 @@ def create(plan: JobPlan) -> Path:
 
 def rendezvous(run_dir: Path) -> FileRendezvous:
     return FileRendezvous(str(run_dir))
-
-
-def task_log(run_dir: Path, role: str, rank: int) -> Path:
-    return run_dir / "logs" / f"{role}-{rank}.log"

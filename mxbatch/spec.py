@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import SpecError
 from .located import KeyPath, Locations, load_located
+from .records import mxbatch_home
 from .units import parse_duration, parse_port_range, parse_size_mib
 
 T = TypeVar("T")
@@ -109,8 +110,6 @@ class JobSpec:
 
 def default_runs_dir() -> Path:
     """``$MXBATCH_HOME/runs`` (``~/.mxbatch/runs``): shared storage on most clusters."""
-    from .records import mxbatch_home  # local import: records imports spec's siblings only
-
     return mxbatch_home() / "runs"
 
 

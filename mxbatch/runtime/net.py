@@ -11,7 +11,6 @@ import fcntl
 import random
 import socket
 import struct
-import time
 from typing import Iterator, List, Optional
 
 _SIOCGIFADDR = 0x8915
@@ -113,14 +112,3 @@ def accepts_connections(ip: str, port: int, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
-
-
-def wait_listening(ip: str, port: int, deadline: float, alive) -> bool:
-    """Poll until ip:port accepts a connection (True), ``alive()`` turns False or the deadline."""
-    while time.time() < deadline:
-        if accepts_connections(ip, port):
-            return True
-        if not alive():
-            return False
-        time.sleep(0.1)
-    return False

@@ -31,7 +31,7 @@ from . import net, pyhook
 from .environ import role_environment
 from .peers import HeartbeatWatch, lost_abort, missing_at_deadline, startup_abort, workers_succeeded
 from .planfile import RunPlan, TaskInfo
-from .rendezvous import Backoff, Rendezvous
+from .rendezvous import Backoff, Rendezvous, poll_until
 from .states import AbortKind, AbortRecord, TaskRecord, TaskState
 
 POLL_S = 0.05
@@ -237,17 +237,16 @@ class Supervisor:
             time.sleep(0.1)
 
     def _start_member(self) -> None:
-        backoff = Backoff()
-        while True:
+        def published() -> Optional[Dict]:
             info = self.rdv.read_scheduler()
-            if info is not None and info.get("job_id") == self.plan.job_id:
-                break
-            self._tick()
-            if time.time() > self.plan.startup_deadline:
-                raise self._fail("%s: the scheduler did not publish its address before the "
-                                 "startup deadline (%gs)" % (self.task.label,
-                                                             self.plan.startup_timeout_s))
-            time.sleep(min(backoff.next(), HEARTBEAT_S))
+            return info if info is not None and info.get("job_id") == self.plan.job_id else None
+
+        info = poll_until(published, self.plan.startup_deadline, on_idle=self._tick,
+                          backoff=Backoff(cap=HEARTBEAT_S))
+        if info is None:
+            raise self._fail("%s: the scheduler did not publish its address before the "
+                             "startup deadline (%gs)" % (self.task.label,
+                                                         self.plan.startup_timeout_s))
         self._start_member_role(info)
 
     def _start_member_role(self, info: Dict) -> None:
