@@ -19,28 +19,13 @@ Needs the clusters up (ci/clusters/sge-up.sh, slurm-up.sh) and their env files.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import re
-import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
-STATE = Path(os.environ.get("MXBATCH_CLUSTER_STATE", "/tmp/mxbatch-clusters"))
-
-
-def cluster_env(name: str) -> Dict[str, str]:
-    out = subprocess.run(["bash", "-c", f'. "{STATE / (name + ".env")}" && env -0'],
-                         capture_output=True, check=True).stdout
-    env = dict(i.decode().split("=", 1) for i in out.split(b"\0") if b"=" in i)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
-    return env
+from common import EXAMPLES, cluster_env, fmt, launch_py_argv, timed_submit
 
 
 def spec(tmp: Path, backend: str, options: str) -> Path:
@@ -51,22 +36,6 @@ def spec(tmp: Path, backend: str, options: str) -> Path:
     path = tmp / f"{backend}-{abs(hash(options))}.yaml"
     path.write_text(text + f"backends:\n  {backend}: {{{options}}}\n")
     return path
-
-
-def run_mxbatch(env: Dict[str, str], backend: str, spec_path: Path) -> dict:
-    t0 = time.time()
-    result = subprocess.run([sys.executable, "-m", "mxbatch", "submit", "--wait", "--backend",
-                             backend, str(spec_path)], capture_output=True, text=True,
-                            env=dict(env, LAUNCH_T0=repr(t0), EPOCHS="1"), timeout=600)
-    wall = time.time() - t0
-    job = result.stdout.split()[0] if result.stdout else ""
-    run_dir = Path(env["MXBATCH_HOME"]) / "runs" / job
-    starts = [json.loads(p.read_text()).get("started_at") or 0
-              for p in (run_dir / "tasks").glob("*.json")] if job else []
-    firsts = [float(x) for x in re.findall(r"first step at ([\d.]+)s", result.stdout)]
-    return {"rc": result.returncode, "wall": wall,
-            "all_running": max(starts) - t0 if starts else None,
-            "first_step": max(firsts) if len(firsts) == 2 else None}
 
 
 def floor(argv: List[str], env: Dict[str, str]) -> float:
@@ -87,27 +56,13 @@ def sbatch_polled(env: Dict[str, str]) -> float:
 
 
 def launch_py_sge(env: Dict[str, str]) -> str:
-    shim = ("import runpy, sys, threading, importlib.util, os\n"
-            "threading.Thread.isAlive = threading.Thread.is_alive\n"
-            "p = os.path.join(importlib.util.find_spec('mxnet').submodule_search_locations[0],"
-            " 'tools', 'launch.py')\n"
-            "sys.argv = [p] + sys.argv[1:]\nrunpy.run_path(p, run_name='__main__')\n")
     try:
-        result = subprocess.run([sys.executable, "-c", shim, "-n", "2", "-s", "2", "--launcher",
-                                 "sge", "python3 train_mlp.py"], cwd=EXAMPLES, env=env,
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(launch_py_argv("sge", "python3 train_mlp.py"), cwd=EXAMPLES,
+                                env=env, capture_output=True, text=True, timeout=60)
         lines = (result.stderr or result.stdout).strip().splitlines()
         return f"exit {result.returncode}: {lines[-1] if lines else '(no output)'}"
     except subprocess.TimeoutExpired:
         return "no exit within 60 s"
-
-
-def fmt(values: List[Optional[float]]) -> str:
-    values = [v for v in values if v is not None]
-    if not values:
-        return "-"
-    return (f"{statistics.median(values):.2f}s" if len(values) == 1 else
-            f"{statistics.median(values):.2f}s ({min(values):.2f}-{max(values):.2f})")
 
 
 def main() -> None:
@@ -128,7 +83,7 @@ def main() -> None:
                      ("slurm het", env, "slurm", "het: true")]
     rows = [("", "submit->all running", "submit->first step", "wall", "exit codes")]
     for label, env, backend, options in variants:
-        runs = [run_mxbatch(env, backend, spec(tmp, backend, options)) for _ in range(args.repeat)]
+        runs = [timed_submit(env, backend, spec(tmp, backend, options)) for _ in range(args.repeat)]
         rows.append((label, fmt([r["all_running"] for r in runs]),
                      fmt([r["first_step"] for r in runs]), fmt([r["wall"] for r in runs]),
                      " ".join(str(r["rc"]) for r in runs)))

@@ -20,7 +20,6 @@ import argparse
 import os
 import re
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,25 +27,9 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
+from common import EXAMPLES, fmt, launch_py_argv
+
 TRAIN = ["python3", "train_mlp.py", "--kvstore", "dist_sync", "--epochs", "3"]
-
-LAUNCH_PY_SHIM = (
-    "import runpy, sys, threading\n"
-    "threading.Thread.isAlive = threading.Thread.is_alive  # launch.py predates Python 3.9\n"
-    "import importlib.util, os\n"
-    "package = importlib.util.find_spec('mxnet').submodule_search_locations[0]\n"
-    "path = os.path.join(package, 'tools', 'launch.py')\n"
-    "sys.argv = [path] + sys.argv[1:]\n"
-    "runpy.run_path(path, run_name='__main__')\n"
-)
-
-
-def launch_py_argv() -> List[str]:
-    return [sys.executable, "-c", LAUNCH_PY_SHIM, "-n", "2", "-s", "2", "--launcher", "local",
-            " ".join(TRAIN)]
-
 
 def mxbatch_argv() -> List[str]:
     return [sys.executable, "-m", "mxbatch", "launch", "-n", "2", "-s", "2", "--grace", "5s",
@@ -145,15 +128,6 @@ def _kill_everything(pgid: int) -> None:
     subprocess.run(["pkill", "-9", "-f", "train_mlp.py"], check=False)
 
 
-def fmt(values: List[Optional[float]], unit: str = "s") -> str:
-    values = [v for v in values if v is not None]
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:.2f}{unit}"
-    return f"{statistics.median(values):.2f}{unit} (min {min(values):.2f}, max {max(values):.2f})"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -162,7 +136,7 @@ def main() -> None:
     home = tempfile.mkdtemp(prefix="mxbatch-bench-")
     env = dict(os.environ, MXBATCH_HOME=home, OMP_NUM_THREADS="1",
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    launchers = {"launch.py": launch_py_argv(), "mxbatch": mxbatch_argv()}
+    launchers = {"launch.py": launch_py_argv("local", " ".join(TRAIN)), "mxbatch": mxbatch_argv()}
     results: Dict[str, List[dict]] = {name: [] for name in launchers}
     for _ in range(args.repeat):
         for name, argv in launchers.items():  # interleaved: same machine state for both

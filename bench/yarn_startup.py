@@ -18,29 +18,15 @@ driver again if it started it.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import re
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
-STATE = Path(os.environ.get("MXBATCH_CLUSTER_STATE", "/tmp/mxbatch-clusters"))
+from common import EXAMPLES, cluster_env, fmt, timed_submit
+
 SKEIN = [sys.executable, "-m", "skein.cli"]
-
-
-def cluster_env() -> Dict[str, str]:
-    out = subprocess.run(["bash", "-c", f'. "{STATE / "yarn.env"}" && env -0'],
-                         capture_output=True, check=True).stdout
-    env = dict(i.decode().split("=", 1) for i in out.split(b"\0") if b"=" in i)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
-    return env
 
 
 def spec(tmp: Path) -> Path:
@@ -54,22 +40,9 @@ def spec(tmp: Path) -> Path:
 
 
 def run_mxbatch(env: Dict[str, str], spec_path: Path) -> dict:
-    t0 = time.time()
-    result = subprocess.run([sys.executable, "-m", "mxbatch", "submit", "--wait", "--backend",
-                             "yarn", str(spec_path)], capture_output=True, text=True,
-                            env=dict(env, LAUNCH_T0=repr(t0), EPOCHS="1"), timeout=600)
-    wall = time.time() - t0
-    job = result.stdout.split()[0] if result.stdout else ""
-    run_dir = Path(env["MXBATCH_HOME"]) / "runs" / job
-    starts = [json.loads(p.read_text()).get("started_at") or 0
-              for p in (run_dir / "tasks").glob("*.json")] if job else []
-    firsts = [float(x) for x in re.findall(r"first step at ([\d.]+)s", result.stdout)]
-    if result.returncode != 0:
-        sys.stderr.write(result.stderr[-2000:])
-    return {"rc": result.returncode, "wall": wall,
-            "all_running": max(starts) - t0 if len(starts) == 5 else None,
-            "first_step": max(firsts) if len(firsts) == 2 else None,
-            "cold": "starting a skein driver" in result.stderr}
+    result = timed_submit(env, "yarn", spec_path)
+    result["cold"] = "starting a skein driver" in result["stderr"]
+    return result
 
 
 def driver_start(env: Dict[str, str]) -> float:
@@ -99,20 +72,12 @@ def global_driver(env: Dict[str, str], running: bool) -> None:
                    capture_output=True, check=True, timeout=120)
 
 
-def fmt(values: List[Optional[float]]) -> str:
-    values = [v for v in values if v is not None]
-    if not values:
-        return "-"
-    return (f"{statistics.median(values):.2f}s" if len(values) == 1 else
-            f"{statistics.median(values):.2f}s ({min(values):.2f}-{max(values):.2f})")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     home = tempfile.mkdtemp(prefix="mxbatch-bench-")
-    env = dict(cluster_env(), MXBATCH_HOME=home)
+    env = dict(cluster_env("yarn"), MXBATCH_HOME=home)
     spec_path = spec(Path(home))
     was_running = subprocess.run(SKEIN + ["driver", "address"], env=env,
                                  capture_output=True).returncode == 0

@@ -150,9 +150,9 @@ def test_error_translation_uses_sges_words():
     backend = SgeBackend()
     down = CommandError(["qsub"], 1, "", "error: commlib error: got select error (Connection "
                         "refused)\nunable to contact qmaster using port 6444 on host \"vm\"")
-    assert isinstance(backend._translate(down), BackendUnavailable)
+    assert isinstance(backend.translate(down), BackendUnavailable)
     refused = CommandError(["qsub"], 1, "", 'Unable to run job: Job was rejected because job '
                            'requests unknown queue "nosuchqueue".\nExiting.')
-    error = backend._translate(refused)
+    error = backend.translate(refused)
     assert isinstance(error, SubmissionRejected) and error.exit_code == 2
     assert re.search(r'SGE rejected the job: .*unknown queue "nosuchqueue"', str(error))

@@ -119,11 +119,11 @@ def test_error_translation_uses_slurms_words():
     backend = SlurmBackend()
     down = CommandError(["sbatch"], 1, "", "sbatch: error: Batch job submission failed: "
                         "Unable to contact slurm controller (connect failure)")
-    assert isinstance(backend._translate(down), BackendUnavailable)
+    assert isinstance(backend.translate(down), BackendUnavailable)
     refused = CommandError(["sbatch"], 1, "", "sbatch: error: invalid partition specified: "
                            "nosuch\nsbatch: error: Batch job submission failed: Invalid "
                            "partition name specified")
-    error = backend._translate(refused)
+    error = backend.translate(refused)
     assert isinstance(error, SubmissionRejected) and error.exit_code == 2
     assert "Invalid partition name specified" in str(error)
 

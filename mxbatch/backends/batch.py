@@ -16,13 +16,14 @@ import re
 import shlex
 import shutil
 import string
+import subprocess
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .. import rundir
-from ..errors import MxbatchError, SubmissionRejected
+from .. import rundir, shell
+from ..errors import BackendUnavailable, CommandError, MxbatchError, SubmissionRejected
 from ..plan import JobPlan
 from ..records import JobRecord
 from ..runtime.planfile import RunPlan, TaskInfo
@@ -122,6 +123,41 @@ class BatchBackend(Backend):
     """Render/submit/status/cancel for array-job schedulers; subclasses fill in natives."""
 
     script_template: str = ""
+    #: the scheduler and its daemon, in messages: "SGE" / "SGE qmaster"
+    scheduler: str = ""
+    daemon: str = ""
+    #: a submit or status command's output that means the daemon is not reachable
+    unreachable: "re.Pattern[str]" = re.compile(r"(?!)")
+    unreachable_hint: str = ""
+    #: what to check when the scheduler rejects a job
+    rejection_hint: str = ""
+    #: the job id in the submit command's output (named group ``job_id``)
+    job_id_pattern: "re.Pattern[str]" = re.compile(r"(?P<job_id>\S+)")
+
+    def command_env(self) -> Optional[Dict[str, str]]:
+        """The environment of the scheduler's commands (None: this process's)."""
+        return None
+
+    def translate(self, exc: CommandError) -> MxbatchError:
+        """A failed scheduler command as the user should see it: the scheduler's words,
+        as "unreachable" (exit 3) or "rejected" (exit 2), plus what to do."""
+        words = (exc.stderr or exc.stdout).strip()
+        if self.unreachable.search(words) or exc.returncode is None:
+            return BackendUnavailable(f"{self.daemon} unreachable: {words or exc}\n"
+                                      f"{self.unreachable_hint}")
+        return rejected(self.scheduler, words, self.rejection_hint)
+
+    def run_command(self, argv: Sequence[str], *, check: bool = True,
+                    timeout: float = 60.0) -> subprocess.CompletedProcess:
+        """Run a scheduler command; failures become ``translate``d errors."""
+        try:
+            return shell.run(argv, env=self.command_env(), check=check, timeout=timeout)
+        except CommandError as exc:
+            raise self.translate(exc) from None
+
+    def submit_script(self, argv: Sequence[str]) -> str:
+        """Run a submit command and return the job id it prints."""
+        return parse_job_id(self.job_id_pattern, self.run_command(argv).stdout, argv)
 
     # -- natives
     @abc.abstractmethod

@@ -19,8 +19,7 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from .. import shell
-from ..errors import BackendUnavailable, CommandError
+from ..errors import BackendUnavailable
 from ..plan import JobPlan
 from ..records import JobRecord
 from ..runtime.planfile import RunPlan
@@ -36,9 +35,7 @@ from .batch import (
     flat_argv,
     job_name,
     native_directives,
-    parse_job_id,
     parse_task_ranges,
-    rejected,
     role_groups,
     runtime_argv,
 )
@@ -101,6 +98,13 @@ class SgeBackend(BatchBackend):
     script_template = "sge.sh"
     directive_prefix = "#$"
     options_class = SgeOptions
+    scheduler = "SGE"
+    daemon = "SGE qmaster"
+    unreachable = QMASTER_DOWN
+    unreachable_hint = "is sge_qmaster running? see $SGE_ROOT/$SGE_CELL/common/act_qmaster"
+    rejection_hint = ("check backends.sge (queue, pe, project, native) against `qconf -sql`, "
+                      "`qconf -spl`")
+    job_id_pattern = QSUB_JOB_ID
 
     # ------------------------------------------------------------------ checks
     def submitter(self) -> Submitter:
@@ -113,6 +117,9 @@ class SgeBackend(BatchBackend):
             usable = library is not None and drmaa_glue.python_binding_available()
             return Submitter.DRMAA if usable else Submitter.QSUB
         return wanted or Submitter.QSUB
+
+    def command_env(self) -> Optional[Dict[str, str]]:
+        return self._environ()
 
     def _environ(self) -> Dict[str, str]:
         env = dict(os.environ)
@@ -233,33 +240,17 @@ class SgeBackend(BatchBackend):
         return drmaa_glue.DrmaaClient(library, "SGE", {"SGE_ROOT": env["SGE_ROOT"]})
 
     def _qsub(self, script: Path) -> str:
-        argv = ["qsub", "-terse", str(script)]
-        try:
-            result = shell.run(argv, env=self._environ())
-        except CommandError as exc:
-            raise self._translate(exc) from None
-        return parse_job_id(QSUB_JOB_ID, result.stdout, argv)
-
-    def _translate(self, exc: CommandError) -> Exception:
-        words = (exc.stderr or exc.stdout).strip()
-        if QMASTER_DOWN.search(words) or exc.returncode is None:
-            return BackendUnavailable(f"SGE qmaster unreachable: {words or exc}\n"
-                                      "is sge_qmaster running? see "
-                                      "$SGE_ROOT/$SGE_CELL/common/act_qmaster")
-        return rejected("SGE", words, "check backends.sge (queue, pe, project, native) "
-                                      "against `qconf -sql`, `qconf -spl`")
+        return self.submit_script(["qsub", "-terse", str(script)])
 
     # ------------------------------------------------------------------ watching
     def native_states(self, record: JobRecord, run: RunPlan
                       ) -> Tuple[Dict[TaskKey, NativeState], Dict[TaskKey, str]]:
         job_ids: Dict[str, str] = record.native.get("job_ids", {})
+        result = self.run_command(["qstat", "-xml", "-g", "d", "-u", "*"], timeout=30)
         try:
-            result = shell.run(["qstat", "-xml", "-g", "d", "-u", "*"], env=self._environ(),
-                               timeout=30)
             queue = parse_qstat_xml(result.stdout)
-        except (CommandError, ElementTree.ParseError) as exc:
-            raise self._translate(exc) if isinstance(exc, CommandError) else BackendUnavailable(
-                f"cannot parse qstat output: {exc}") from None
+        except ElementTree.ParseError as exc:
+            raise BackendUnavailable(f"cannot parse qstat output: {exc}") from None
         native, ids = {}, {}
         for task in run.tasks:
             number = job_ids.get(task.role)
@@ -281,8 +272,8 @@ class SgeBackend(BatchBackend):
 
     def _qdel(self, job_ids: List[str], force: bool = False) -> None:
         if job_ids:
-            shell.run(["qdel", *(["-f"] if force else []), *job_ids], env=self._environ(),
-                      check=False, timeout=30)
+            self.run_command(["qdel", *(["-f"] if force else []), *job_ids], check=False,
+                             timeout=30)
 
 
 def _array_job_number(task_ids: List[str]) -> str:

@@ -17,7 +17,6 @@ import shutil
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from .. import shell
 from ..errors import BackendUnavailable, CommandError
 from ..plan import JobPlan
 from ..records import JobRecord
@@ -36,8 +35,6 @@ from .batch import (
     flat_argv,
     job_name,
     native_directives,
-    parse_job_id,
-    rejected,
     render_jobscript,
     role_groups,
     runtime_argv,
@@ -115,6 +112,13 @@ class SlurmBackend(BatchBackend):
     script_template = "slurm.sh"
     directive_prefix = "#SBATCH"
     options_class = SlurmOptions
+    scheduler = "Slurm"
+    daemon = "slurmctld"
+    unreachable = CONTROLLER_DOWN
+    unreachable_hint = "is slurmctld running? check `scontrol ping` and SLURM_CONF"
+    rejection_hint = ("check backends.slurm (partition, account, qos, constraint, extra) "
+                      "against `sinfo` and `sacctmgr`")
+    job_id_pattern = SBATCH_JOB_ID
 
     # ------------------------------------------------------------------ checks
     def submitter(self) -> Submitter:
@@ -244,21 +248,7 @@ class SlurmBackend(BatchBackend):
         return {"submitter": submitter.value, "job_ids": job_ids, "het": self.options.het}
 
     def _sbatch(self, script: Path) -> str:
-        argv = ["sbatch", "--parsable", str(script)]
-        try:
-            result = shell.run(argv)
-        except CommandError as exc:
-            raise self._translate(exc) from None
-        return parse_job_id(SBATCH_JOB_ID, result.stdout, argv)
-
-    def _translate(self, exc: CommandError) -> Exception:
-        words = (exc.stderr or exc.stdout).strip()
-        if CONTROLLER_DOWN.search(words) or exc.returncode is None:
-            return BackendUnavailable(f"slurmctld unreachable: {words or exc}\n"
-                                      "is slurmctld running? check `scontrol ping` and "
-                                      "SLURM_CONF")
-        return rejected("Slurm", words, "check backends.slurm (partition, account, qos, "
-                                        "constraint, extra) against `sinfo` and `sacctmgr`")
+        return self.submit_script(["sbatch", "--parsable", str(script)])
 
     # ------------------------------------------------------------------ watching
     def native_states(self, record: JobRecord, run: RunPlan
@@ -266,13 +256,10 @@ class SlurmBackend(BatchBackend):
         job_ids: Dict[str, str] = record.native.get("job_ids", {})
         argv = ["squeue", "--noheader", "--array", "--format", SQUEUE_FORMAT,
                 "--jobs", ",".join(job_ids.values())]
-        try:
-            result = shell.run(argv, timeout=30, check=False)
-        except CommandError as exc:
-            raise self._translate(exc) from None
+        result = self.run_command(argv, timeout=30, check=False)
         if result.returncode != 0 and "Invalid job id" not in result.stderr:
-            raise self._translate(CommandError(argv, result.returncode, result.stdout,
-                                               result.stderr))
+            raise self.translate(CommandError(argv, result.returncode, result.stdout,
+                                              result.stderr))
         queue = parse_squeue(result.stdout if result.returncode == 0 else "")
         native, ids = {}, {}
         het = record.native.get("het", False)
@@ -295,5 +282,5 @@ class SlurmBackend(BatchBackend):
 
     def _scancel(self, job_ids: List[str], force: bool = False) -> None:
         if job_ids:
-            shell.run(["scancel", *(["--signal=KILL", "--full"] if force else []), *job_ids],
-                      check=False, timeout=30)
+            self.run_command(["scancel", *(["--signal=KILL", "--full"] if force else []),
+                              *job_ids], check=False, timeout=30)

@@ -22,7 +22,7 @@ import time
 from typing import Any, Dict, Optional
 
 from .rendezvous import Rendezvous, TaskKey
-from .states import AbortRecord, TaskRecord
+from .states import AbortRecord, TaskRecord, collect_task_records
 
 SCHEDULER_KEY = "scheduler"
 TASK_PREFIX = "task/"
@@ -87,17 +87,8 @@ class KeyValueRendezvous(Rendezvous):
         self.store.put(task_key(record.role, record.rank), encode(record.to_dict()))
 
     def read_tasks(self) -> Dict[TaskKey, TaskRecord]:
-        records = {}
-        for value in self.store.get_prefix(TASK_PREFIX).values():
-            data = decode(value)
-            if data is None:
-                continue
-            try:
-                record = TaskRecord.from_dict(data)
-            except (TypeError, ValueError, KeyError):
-                continue
-            records[(record.role, record.rank)] = record
-        return records
+        return collect_task_records(decode(value)
+                                    for value in self.store.get_prefix(TASK_PREFIX).values())
 
     def write_abort(self, record: AbortRecord) -> bool:
         if not record.at:

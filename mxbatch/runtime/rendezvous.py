@@ -21,7 +21,7 @@ import socket
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from .states import AbortRecord, TaskRecord
+from .states import AbortRecord, TaskRecord, collect_task_records
 
 TaskKey = Tuple[str, int]
 
@@ -75,23 +75,13 @@ class FileRendezvous(Rendezvous):
         atomic_write_json(os.path.join(self.tasks_dir, name), record.to_dict())
 
     def read_tasks(self) -> Dict[TaskKey, TaskRecord]:
-        records = {}
         try:
             names = os.listdir(self.tasks_dir)
         except OSError:
-            return records
-        for name in names:
-            if not name.endswith(".json") or name.startswith("."):
-                continue
-            data = read_json(os.path.join(self.tasks_dir, name))
-            if data is None:
-                continue
-            try:
-                record = TaskRecord.from_dict(data)
-            except (TypeError, ValueError, KeyError):
-                continue
-            records[(record.role, record.rank)] = record
-        return records
+            return {}
+        return collect_task_records(read_json(os.path.join(self.tasks_dir, name))
+                                    for name in names
+                                    if name.endswith(".json") and not name.startswith("."))
 
     def write_abort(self, record: AbortRecord) -> bool:
         if not record.at:

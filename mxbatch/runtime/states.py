@@ -2,7 +2,7 @@
 
 import enum
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 
 class TaskState(str, enum.Enum):
@@ -58,6 +58,21 @@ class TaskRecord:
         data = dict(data)
         data["state"] = TaskState(data["state"])
         return cls(**data)
+
+
+def collect_task_records(items: Iterable[Any]) -> Dict[Tuple[str, int], "TaskRecord"]:
+    """Task records by (role, rank) from decoded JSON values; unreadable ones are skipped
+    (a record being written, or one from another version)."""
+    records = {}
+    for data in items:
+        if data is None:
+            continue
+        try:
+            record = TaskRecord.from_dict(data)
+        except (TypeError, ValueError, KeyError):
+            continue
+        records[(record.role, record.rank)] = record
+    return records
 
 
 @dataclass

@@ -1,0 +1,74 @@
+"""What the benchmarks share: cluster environments, one timed ``mxbatch submit --wait``,
+MXNet's own launch.py, and the median/min/max format. Imported by the scripts beside
+it (``python bench/<script>.py`` puts this folder on ``sys.path``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+STATE = Path(os.environ.get("MXBATCH_CLUSTER_STATE", "/tmp/mxbatch-clusters"))
+
+#: runs MXNet's tools/launch.py from the installed wheel; it predates Python 3.9
+LAUNCH_PY_SHIM = (
+    "import importlib.util, os, runpy, sys, threading\n"
+    "threading.Thread.isAlive = threading.Thread.is_alive\n"
+    "package = importlib.util.find_spec('mxnet').submodule_search_locations[0]\n"
+    "path = os.path.join(package, 'tools', 'launch.py')\n"
+    "sys.argv = [path] + sys.argv[1:]\n"
+    "runpy.run_path(path, run_name='__main__')\n"
+)
+
+
+def launch_py_argv(launcher: str, command: str, workers: int = 2, servers: int = 2) -> List[str]:
+    return [sys.executable, "-c", LAUNCH_PY_SHIM, "-n", str(workers), "-s", str(servers),
+            "--launcher", launcher, command]
+
+
+def cluster_env(name: str) -> Dict[str, str]:
+    """This environment after sourcing ``<state>/<name>.env``, with this Python first."""
+    out = subprocess.run(["bash", "-c", f'. "{STATE / (name + ".env")}" && env -0'],
+                         capture_output=True, check=True).stdout
+    env = dict(i.decode().split("=", 1) for i in out.split(b"\0") if b"=" in i)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+    return env
+
+
+def timed_submit(env: Dict[str, str], backend: str, spec_path: Path) -> dict:
+    """One ``mxbatch submit --wait`` of a 1-epoch job: exit code, wall time, submit ->
+    all tasks running (latest supervisor start), submit -> the slower worker's first step."""
+    t0 = time.time()
+    result = subprocess.run([sys.executable, "-m", "mxbatch", "submit", "--wait", "--backend",
+                             backend, str(spec_path)], capture_output=True, text=True,
+                            env=dict(env, LAUNCH_T0=repr(t0), EPOCHS="1"), timeout=600)
+    wall = time.time() - t0
+    job = result.stdout.split()[0] if result.stdout else ""
+    run_dir = Path(env["MXBATCH_HOME"]) / "runs" / job
+    starts = [json.loads(p.read_text()).get("started_at") or 0
+              for p in (run_dir / "tasks").glob("*.json")] if job else []
+    firsts = [float(x) for x in re.findall(r"first step at ([\d.]+)s", result.stdout)]
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-2000:])
+    return {"rc": result.returncode, "wall": wall, "stderr": result.stderr,
+            "all_running": max(starts) - t0 if len(starts) == 5 else None,
+            "first_step": max(firsts) if len(firsts) == 2 else None}
+
+
+def fmt(values: List[Optional[float]], unit: str = "s") -> str:
+    """``median (min-max)`` of the values that exist; ``-`` if none."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.2f}{unit}"
+    return (f"{statistics.median(values):.2f}{unit} "
+            f"({min(values):.2f}-{max(values):.2f})")
