@@ -14,79 +14,36 @@
 # Exit:  0 when no SGE daemon is left running; non-zero with an ERROR line.
 set -euo pipefail
 
-export SGE_ROOT=/var/lib/gridengine SGE_CELL=default
-export PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$HERE/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=sge-common.sh
+. "$HERE/sge-common.sh"
 
-readonly COMMON=$SGE_ROOT/$SGE_CELL/common
-readonly SPOOL=/var/spool/gridengine
-readonly ENV_FILE=${MXBATCH_CLUSTER_STATE:-/tmp/mxbatch-clusters}/sge.env
 readonly GRACE=30        # seconds a daemon gets after qconf -k*, then after SIGTERM
-readonly T0=${EPOCHREALTIME/./}
 
-log() {
-    local us=$(( ${EPOCHREALTIME/./} - T0 ))
-    printf '[sge-down %3d.%01ds] %s\n' $(( us / 1000000 )) $(( us / 100000 % 10 )) "$*"
-}
-die() { log "ERROR: $*" >&2; exit 1; }
-
-# live_pids <comm> <pidfile...>: pids from the pid files that are alive and have that comm
-live_pids() {
-    local comm=$1 f p
-    shift
-    for f in "$@"; do
-        [[ -r $f ]] || continue
-        p=$(<"$f")
-        [[ $p =~ ^[0-9]+$ && $(cat "/proc/$p/comm" 2>/dev/null) == "$comm" ]] || continue
-        [[ $(awk '/^State:/{print $2}' "/proc/$p/status" 2>/dev/null) != Z ]] && echo "$p"
-    done
-    return 0
-}
-qmaster_pids() { live_pids sge_qmaster "$SPOOL/qmaster/qmaster.pid"; }
-execd_pids() { live_pids sge_execd "$SPOOL"/execd/*/execd.pid; }
-
-# all_gone <seconds> <pid...>: wait until none of the pids is alive; 1 on timeout
-all_gone() {
-    local end=$(( SECONDS + $1 )) p alive
-    shift
-    while :; do
-        alive=0
-        for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
-        (( alive )) || return 0
-        (( SECONDS < end )) || return 1
-        sleep 0.2
-    done
-}
-
-# stop_pids <name> <grace> <pid...>: wait grace s, then SIGTERM, wait, then SIGKILL
-stop_pids() {
+# shut_down <name> <grace> <pid...>: give them grace s to exit on their own (after
+# qconf -k*; 0: no wait), then stop_pids: SIGTERM, GRACE s, SIGKILL
+shut_down() {
     local name=$1 grace=$2
     shift 2
     (( $# )) || return 0
     if (( grace )); then
-        all_gone "$grace" "$@" && return 0
+        wait_until "$grace" pids_gone "$@" && return 0
         log "$name ($*) still running after ${grace}s: SIGTERM"
     else
         log "$name ($*): SIGTERM"
     fi
-    kill -TERM "$@" 2>/dev/null || true
-    all_gone "$GRACE" "$@" && return 0
-    log "$name ($*) still running: SIGKILL"
-    kill -KILL "$@" 2>/dev/null || true
-    all_gone 10 "$@" || die "$name ($*) survives SIGKILL"
+    stop_pids "$name" "$GRACE" "$@" || die "$name ($*) survives SIGKILL"
 }
 
-qmaster_answers() { timeout 10 qconf -sss >/dev/null 2>&1; }
 no_jobs() { [[ -z $(timeout 10 qstat -u '*' 2>/dev/null) ]]; }
 
 delete_jobs() {
     no_jobs && return 0
     log "deleting all jobs (qdel -f -u '*')"
     timeout 30 qdel -f -u '*' >/dev/null 2>&1 || true
-    local end=$(( SECONDS + GRACE ))
-    until no_jobs; do
-        (( SECONDS < end )) || { log "jobs still listed after ${GRACE}s; stopping anyway"; return 0; }
-        sleep 0.2
-    done
+    wait_until "$GRACE" no_jobs || log "jobs still listed after ${GRACE}s; stopping anyway"
 }
 
 # job shepherds left behind by an execd that died hard: the execd spool records
@@ -95,9 +52,8 @@ kill_leftover_shepherds() {
     local d sp jp
     for d in "$SPOOL"/execd/*/active_jobs/*/; do
         [[ -d $d ]] || continue
-        sp=$(cat "$d/pid" 2>/dev/null || true)
+        sp=$(pid_from_file "$d/pid" sge_shepherd) || continue
         jp=$(cat "$d/job_pid" 2>/dev/null || true)
-        [[ $sp =~ ^[0-9]+$ && $(cat "/proc/$sp/comm" 2>/dev/null) == sge_shepherd ]] || continue
         log "killing leftover shepherd $sp and its job (process group $jp)"
         if [[ $jp =~ ^[0-9]+$ && $(awk '/^PPid:/{print $2}' "/proc/$jp/status" 2>/dev/null) == "$sp" ]]; then
             kill -KILL -- "-$jp" 2>/dev/null || kill -KILL "$jp" 2>/dev/null || true
@@ -106,7 +62,8 @@ kill_leftover_shepherds() {
     done
 }
 
-# any SGE daemon still alive (e.g. one whose pid file is gone)? report, never kill
+# any SGE daemon still alive (e.g. one whose pid file is gone; a zombie is not)? report,
+# never kill
 check_none_left() {
     local c comm pid left=""
     for c in /proc/[0-9]*/comm; do
@@ -114,7 +71,8 @@ check_none_left() {
         case $comm in
             sge_qmaster | sge_execd | sge_shepherd)
                 pid=${c#/proc/}
-                left+=" $comm(${pid%/comm})"
+                pid=${pid%/comm}
+                pid_alive "$pid" && left+=" $comm($pid)"
                 ;;
         esac
     done
@@ -134,7 +92,7 @@ main() {
         --wipe) wipe=1 ;;
         *) echo "usage: $0 [--wipe]" >&2; exit 2 ;;
     esac
-    [[ $(id -u) == 0 ]] || die "must run as root"
+    require_root
     rm -f "$ENV_FILE"
     mapfile -t qm < <(qmaster_pids)
     mapfile -t ex < <(execd_pids)
@@ -145,16 +103,16 @@ main() {
         if (( ${#ex[@]} )); then
             log "stopping sge_execd ${ex[*]} (qconf -kej all)"
             timeout 30 qconf -kej all >/dev/null 2>&1 || kill -TERM "${ex[@]}" 2>/dev/null || true
-            stop_pids sge_execd "$GRACE" "${ex[@]}"
+            shut_down sge_execd "$GRACE" "${ex[@]}"
         fi
         kill_leftover_shepherds
         log "stopping sge_qmaster ${qm[*]} (qconf -km; its shutdown takes ~5-10 s)"
         timeout 30 qconf -km >/dev/null 2>&1 || kill -TERM "${qm[@]}" 2>/dev/null || true
-        stop_pids sge_qmaster "$GRACE" "${qm[@]}"
+        shut_down sge_qmaster "$GRACE" "${qm[@]}"
     else
         # no qmaster to talk to: SIGTERM is the daemons' own controlled shutdown
         log "no answering sge_qmaster (pid file: ${qm[*]:-none}); stopping the daemons by signal"
-        stop_pids "SGE daemons" 0 "${ex[@]}" "${qm[@]}"
+        shut_down "SGE daemons" 0 "${ex[@]}" "${qm[@]}"
         kill_leftover_shepherds
     fi
     check_none_left

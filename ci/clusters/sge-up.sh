@@ -22,14 +22,16 @@
 # Exit:  0 once `qsub -sync y -b y true` succeeded; non-zero with an ERROR line.
 set -euo pipefail
 
-export SGE_ROOT=/var/lib/gridengine SGE_CELL=default   # the Debian layout; fixed
-export PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+readonly HERE
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$HERE/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=sge-common.sh
+. "$HERE/sge-common.sh"
 export DEBIAN_FRONTEND=noninteractive
 
 readonly PACKAGES=(gridengine-master gridengine-exec gridengine-client gridengine-drmaa1.0)
 readonly APT_OPTS=(-q -o DPkg::Lock::Timeout=300)   # wait for a concurrent apt/dpkg
-readonly COMMON=$SGE_ROOT/$SGE_CELL/common
-readonly SPOOL=/var/spool/gridengine          # fixed by the package's bootstrap file
 readonly SGEBIN=/usr/lib/gridengine
 readonly ADMIN=sgeadmin
 readonly DRMAA_LIB=/usr/lib/gridengine-drmaa/lib/libdrmaa.so.1.0
@@ -38,58 +40,16 @@ readonly SLOTS=${SGE_SLOTS:-8}
 readonly SMALL_QUEUE=${SGE_SMALL_QUEUE-tiny.q}
 readonly SMALL_SLOTS=${SGE_SMALL_SLOTS:-2}
 readonly TIMEOUT=${MXBATCH_SGE_TIMEOUT:-120}
-readonly STATE_DIR=${MXBATCH_CLUSTER_STATE:-/tmp/mxbatch-clusters}
-readonly ENV_FILE=$STATE_DIR/sge.env
 readonly DAEMON_LOG=$SPOOL/mxbatch-daemons.log
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-readonly HERE
-readonly T0=${EPOCHREALTIME/./}
 
 WORK=$(mktemp -d /tmp/sge-up.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-
-log() {
-    local us=$(( ${EPOCHREALTIME/./} - T0 ))
-    printf '[sge-up %3d.%01ds] %s\n' $(( us / 1000000 )) $(( us / 100000 % 10 )) "$*"
-}
-die() { log "ERROR: $*" >&2; exit 1; }
 
 # run an SGE client command with a deadline; on failure die with its output
 must() {
     local out
     out=$(timeout 30 "$@" 2>&1) || die "'$*' failed: ${out:-timed out}"
 }
-
-# wait_for_quiet <seconds> <cmd...>: poll cmd every 0.2 s; 1 if it never succeeded
-wait_for_quiet() {
-    local end=$(( SECONDS + $1 ))
-    shift
-    until "$@" >/dev/null 2>&1; do
-        (( SECONDS < end )) || return 1
-        sleep 0.2
-    done
-}
-# wait_for <seconds> <what> <cmd...>: the same, but die on timeout
-wait_for() {
-    local secs=$1 what=$2
-    shift 2
-    wait_for_quiet "$secs" "$@" || die "timeout (${secs}s) waiting for $what"
-}
-
-# live_pids <comm> <pidfile...>: pids from the pid files that are alive and have that comm
-live_pids() {
-    local comm=$1 f p
-    shift
-    for f in "$@"; do
-        [[ -r $f ]] || continue
-        p=$(<"$f")
-        [[ $p =~ ^[0-9]+$ && $(cat "/proc/$p/comm" 2>/dev/null) == "$comm" ]] || continue
-        [[ $(awk '/^State:/{print $2}' "/proc/$p/status" 2>/dev/null) != Z ]] && echo "$p"
-    done
-    return 0
-}
-qmaster_pids() { live_pids sge_qmaster "$SPOOL/qmaster/qmaster.pid"; }
-execd_pids() { live_pids sge_execd "$SPOOL"/execd/*/execd.pid; }   # dir = execd's own name
 
 # ---------------------------------------------------------------- packages
 install_packages() {
@@ -197,15 +157,11 @@ start_qmaster() {
             die "sge_qmaster failed to start (see $DAEMON_LOG, $SPOOL/qmaster/messages)"
         QMASTER_STARTED=1
     fi
-    wait_for "$TIMEOUT" "sge_qmaster to answer (qconf -sss)" timeout 10 qconf -sss
+    wait_for "$TIMEOUT" "sge_qmaster to answer (qconf -sss)" qmaster_answers
     log "sge_qmaster answers (pid $(qmaster_pids))"
 }
 
-# pids_gone <pid...>: none of them alive any more?
-pids_gone() {
-    local p
-    for p in "$@"; do ! kill -0 "$p" 2>/dev/null || return 1; done
-}
+has_execd() { [[ -n $(execd_pids) ]]; }
 
 start_execd() {
     local pids
@@ -215,12 +171,7 @@ start_execd() {
         # with the new one, a fresh execd ~2 s. SIGTERM is the execd's controlled
         # shutdown; running job shepherds survive it and the new execd adopts them.
         log "restarting sge_execd (pid ${pids[*]}) so that it registers with the new qmaster"
-        kill -TERM "${pids[@]}" 2>/dev/null || true
-        if ! wait_for_quiet 30 pids_gone "${pids[@]}"; then
-            log "sge_execd ${pids[*]} ignored SIGTERM for 30 s: SIGKILL"
-            kill -KILL "${pids[@]}" 2>/dev/null || true
-            wait_for 10 "sge_execd ${pids[*]} to die" pids_gone "${pids[@]}"
-        fi
+        stop_pids sge_execd 30 "${pids[@]}" || die "sge_execd ${pids[*]} survives SIGKILL"
         pids=()
     fi
     if (( ${#pids[@]} )); then
@@ -230,7 +181,6 @@ start_execd() {
     log "starting sge_execd"
     "$SGEBIN/sge_execd" </dev/null >>"$DAEMON_LOG" 2>&1 ||
         die "sge_execd failed to start (see $DAEMON_LOG, $SPOOL/execd/*/messages)"
-    has_execd() { [[ -n $(execd_pids) ]]; }
     wait_for 30 "sge_execd to write its pid file" has_execd
     log "sge_execd started (pid $(execd_pids))"
 }
@@ -392,7 +342,7 @@ queue_ok() {
 probe_job() {
     local rc=0
     timeout $(( TIMEOUT < 30 ? TIMEOUT : 30 )) \
-        qsub -sync y -b y -o /dev/null -e /dev/null -N mxbatch-up-probe true || rc=$?
+        qsub -sync y -b y -o /dev/null -e /dev/null -N mxbatch-up-probe true >/dev/null 2>&1 || rc=$?
     if (( rc != 0 )); then
         timeout 10 qdel -f mxbatch-up-probe >/dev/null 2>&1 || true   # don't leave it queued
     fi
@@ -411,7 +361,7 @@ wait_ready() {
 
 write_env_file() {
     mkdir -p "$STATE_DIR"
-    cat >"$ENV_FILE.tmp" <<EOF
+    write_atomic "$ENV_FILE" <<EOF
 # written by ci/clusters/sge-up.sh; removed by sge-down.sh
 export SGE_ROOT=$SGE_ROOT
 export SGE_CELL=$SGE_CELL
@@ -426,14 +376,13 @@ export MXBATCH_SGE_QUEUE=$MAIN_QUEUE MXBATCH_SGE_SLOTS=$SLOTS MXBATCH_SGE_PE=smp
 export MXBATCH_SGE_SMALL_QUEUE=$SMALL_QUEUE MXBATCH_SGE_SMALL_SLOTS=${SMALL_QUEUE:+$SMALL_SLOTS}
 export MXBATCH_SGE_SMALL_REQUEST="${SMALL_QUEUE:+-l small}"
 EOF
-    mv "$ENV_FILE.tmp" "$ENV_FILE"
     log "wrote $ENV_FILE"
 }
 
 positive() { [[ $2 =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, not '$2'"; }
 
 main() {
-    [[ $(id -u) == 0 ]] || die "must run as root"
+    require_root
     positive SGE_SLOTS "$SLOTS"
     positive SGE_SMALL_SLOTS "$SMALL_SLOTS"
     positive MXBATCH_SGE_TIMEOUT "$TIMEOUT"

@@ -10,51 +10,23 @@
 #      MXBATCH_SLURM_TIMEOUT  seconds for each wait (default 30)
 set -euo pipefail
 
-STATE_ROOT=${MXBATCH_CLUSTER_STATE:-/tmp/mxbatch-clusters}
-TIMEOUT=${MXBATCH_SLURM_TIMEOUT:-30}
-BASE=$STATE_ROOT/slurm
-CONF=$BASE/etc/slurm.conf
-ENV_FILE=$STATE_ROOT/slurm.env
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$HERE/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=slurm-common.sh
+. "$HERE/slurm-common.sh"
 
-T0=${EPOCHREALTIME//[!0-9]/}
-log() {
-    local us=$(( ${EPOCHREALTIME//[!0-9]/} - T0 ))
-    printf '[slurm-down %3d.%02ds] %s\n' $((us / 1000000)) $((us % 1000000 / 10000)) "$*"
-}
-die() { log "ERROR: $*" >&2; exit 1; }
+TIMEOUT=${MXBATCH_SLURM_TIMEOUT:-30}
 
 usage() { sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "$0"; }
 
-# pid_of PIDFILE COMM : print the pid if PIDFILE names a live COMM process.
-pid_of() {
-    local pid stat comm
-    [[ -s $1 ]] || return 1
-    pid=$(<"$1")
-    read -r stat comm < <(ps -o stat=,comm= -p "$pid" 2>/dev/null) || return 1
-    [[ $stat != Z* && $comm == "$2" ]] && echo "$pid"
-}
-
-alive() {
-    local stat
-    stat=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $stat != Z* ]]
-}
-
-# stop_pids NAME PID... : SIGTERM, wait up to TIMEOUT, then SIGKILL.
-stop_pids() {
-    local name=$1 deadline=$((SECONDS + TIMEOUT)) pid left
+# stop NAME PID... : log, then stop_pids: SIGTERM, TIMEOUT s, SIGKILL
+stop() {
+    local name=$1
     shift
     (($#)) || return 0
     log "stopping $name (pid $*)"
-    kill -TERM "$@" 2>/dev/null || true
-    while :; do
-        left=()
-        for pid; do alive "$pid" && left+=("$pid"); done
-        ((${#left[@]})) || return 0
-        ((SECONDS < deadline)) || break
-        sleep 0.1
-    done
-    log "$name (pid ${left[*]}) ignored SIGTERM for ${TIMEOUT}s: SIGKILL"
-    kill -KILL "${left[@]}" 2>/dev/null || true
+    stop_pids "$name" "$TIMEOUT" "$@" || log "$name (pid $(pids_alive "$@")) survives SIGKILL"
 }
 
 # ancestors: this shell and its ancestors (never to be killed).
@@ -87,21 +59,14 @@ job_pids() {
 # kill_jobs: SIGKILL what is left of jobs once the daemons are gone
 # (slurmstepd ignores SIGTERM; slurmd does not end running steps).
 kill_jobs() {
-    local pids deadline=$((SECONDS + TIMEOUT)) left pid
+    local pids
     mapfile -t pids < <(job_pids)
     ((${#pids[@]})) || return 0
     log "killing leftover job processes (pid ${pids[*]})"
     kill -KILL "${pids[@]}" 2>/dev/null || true
-    while :; do
-        left=()
-        for pid in "${pids[@]}"; do alive "$pid" && left+=("$pid"); done
-        ((${#left[@]})) || return 0
-        ((SECONDS < deadline)) || die "pid ${left[*]} survived SIGKILL"
-        sleep 0.1
-    done
+    wait_until "$TIMEOUT" pids_gone "${pids[@]}" \
+        || die "pid $(pids_alive "${pids[@]}") survived SIGKILL"
 }
-
-ctld_up() { [[ $(timeout 10 scontrol ping 2>/dev/null) == *"is UP"* ]]; }
 
 jobs_active() {
     [[ -n $(timeout 10 squeue -h -t PD,CF,R,CG,S,RQ,RS,SO -o %i 2>/dev/null) ]]
@@ -113,43 +78,36 @@ slurmds_alive() {
     local f
     for f in "$BASE"/run/slurmd-*.pid; do
         [[ -e $f ]] || continue
-        pid_of "$f" slurmd >/dev/null || return 1
+        pid_from_file "$f" slurmd >/dev/null || return 1
     done
 }
 
 cancel_jobs() {
     local users u
-    pid_of "$BASE/run/slurmctld.pid" slurmctld >/dev/null && ctld_up || return 0
+    pid_from_file "$BASE/run/slurmctld.pid" slurmctld >/dev/null && ctld_up || return 0
     jobs_active || return 0
     users=$(timeout 10 squeue -h -o %u 2>/dev/null | sort -u)
     log "cancelling all jobs (users: ${users//$'\n'/ })"
     for u in $users; do
         timeout 10 scancel --quiet --user="$u" || true
     done
-    local deadline=$((SECONDS + TIMEOUT))
-    while jobs_active; do
-        if ! slurmds_alive; then
-            log "a slurmd is not running: its jobs are killed below"
-            return 0
-        fi
-        if ((SECONDS >= deadline)); then
-            log "jobs still active after ${TIMEOUT}s: stopping anyway"
-            return 0
-        fi
-        sleep 0.2
-    done
+    wait_until "$TIMEOUT" jobs_settled || log "jobs still active after ${TIMEOUT}s: stopping anyway"
+}
+
+# jobs_settled: no job active any more, or one never will end (its slurmd is gone)
+jobs_settled() {
+    jobs_active || return 0
+    slurmds_alive && return 1
+    log "a slurmd is not running: its jobs are killed below"
 }
 
 stop_daemons() {
-    local f pid pids=()
-    for f in "$BASE"/run/slurmd-*.pid; do
-        [[ -e $f ]] || continue
-        pid=$(pid_of "$f" slurmd) && pids+=("$pid")
-    done
-    stop_pids slurmd "${pids[@]}"
+    local pid pids
+    mapfile -t pids < <(live_pids slurmd "$BASE"/run/slurmd-*.pid)
+    stop slurmd "${pids[@]}"
     rm -f "$BASE"/run/slurmd-*.pid
-    if pid=$(pid_of "$BASE/run/slurmctld.pid" slurmctld); then
-        stop_pids slurmctld "$pid"   # its slurmscriptd child exits with it
+    if pid=$(pid_from_file "$BASE/run/slurmctld.pid" slurmctld); then
+        stop slurmctld "$pid"   # its slurmscriptd child exits with it
     fi
     rm -f "$BASE/run/slurmctld.pid"
     kill_jobs
@@ -157,8 +115,8 @@ stop_daemons() {
 
 stop_munge() {
     local pid
-    if pid=$(pid_of "$BASE/run/munged.pid" munged); then
-        stop_pids munged "$pid"
+    if pid=$(pid_from_file "$BASE/run/munged.pid" munged); then
+        stop munged "$pid"
     fi
     rm -f "$BASE/run/munged.pid"
 }
@@ -183,8 +141,7 @@ main() {
     fi
     export SLURM_CONF=$CONF
     if [[ -z ${MXBATCH_SLURM_LOCKED:-} ]]; then
-        exec 9>"$BASE/lock"
-        flock -w "$TIMEOUT" 9 || die "another slurm-up/down holds $BASE/lock"
+        lock_cluster
     fi
     rm -f "$ENV_FILE"
     cancel_jobs

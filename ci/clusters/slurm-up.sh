@@ -19,14 +19,15 @@
 #        MXBATCH_SLURM_NODES    nodes in partition debug (default 3)
 set -euo pipefail
 
-STATE_ROOT=${MXBATCH_CLUSTER_STATE:-/tmp/mxbatch-clusters}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$HERE/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=slurm-common.sh
+. "$HERE/slurm-common.sh"
+
 TIMEOUT=${MXBATCH_SLURM_TIMEOUT:-60}
-BASE=$STATE_ROOT/slurm
-CONF=$BASE/etc/slurm.conf
-ENV_FILE=$STATE_ROOT/slurm.env
 MUNGE_SOCKET=$BASE/munge/munge.socket
 MUNGE_KEY=$BASE/munge/munge.key
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 CTLD_PORT=6817                # SGE uses 6444/6445
 NODE_PORT0=17000              # nodeN listens on NODE_PORT0 + N
@@ -44,34 +45,6 @@ NODES=("${DEBUG_NODES[@]}" "$TINY_NODE")
 DEBUG_CPUS=4                  # advertised (config_overrides), not real cores
 TINY_CPUS=1
 NODE_MEM_MB=4096
-
-T0=${EPOCHREALTIME//[!0-9]/}
-log() {
-    local us=$(( ${EPOCHREALTIME//[!0-9]/} - T0 ))
-    printf '[slurm-up %3d.%02ds] %s\n' $((us / 1000000)) $((us % 1000000 / 10000)) "$*"
-}
-die() { log "ERROR: $*" >&2; exit 1; }
-
-# wait_for DESC CMD... : poll CMD every 0.2 s until it succeeds or TIMEOUT.
-wait_for() {
-    local desc=$1 deadline=$((SECONDS + TIMEOUT)) said=0
-    shift
-    until "$@"; do
-        ((SECONDS < deadline)) || return 1
-        ((said)) || log "waiting for $desc (up to ${TIMEOUT}s)"
-        said=1
-        sleep 0.2
-    done
-}
-
-# pid_of PIDFILE COMM : print the pid if PIDFILE names a live COMM process.
-pid_of() {
-    local pid stat comm
-    [[ -s $1 ]] || return 1
-    pid=$(<"$1")
-    read -r stat comm < <(ps -o stat=,comm= -p "$pid" 2>/dev/null) || return 1
-    [[ $stat != Z* && $comm == "$2" ]] && echo "$pid"
-}
 
 # start_daemon LOG CMD... : run a self-daemonizing CMD with stdio on LOG and
 # no other inherited descriptors (a caller's pipe held open by a daemon
@@ -149,7 +122,7 @@ start_munge() {
         mungekey --create --keyfile="$MUNGE_KEY"
     fi
     chmod 0400 "$MUNGE_KEY"
-    if pid_of "$BASE/run/munged.pid" munged >/dev/null && munge_ok; then
+    if pid_from_file "$BASE/run/munged.pid" munged >/dev/null && munge_ok; then
         return 0
     fi
     log "starting munged (socket $MUNGE_SOCKET)"
@@ -159,7 +132,7 @@ start_munge() {
         --pid-file="$BASE/run/munged.pid" --log-file="$BASE/log/munged.log" \
         --seed-file="$BASE/munge/munge.seed" \
         || die "munged failed to start (see $BASE/log/munged.log)"
-    wait_for "munged" munge_ok \
+    wait_until -s munged "$TIMEOUT" munge_ok \
         || die "munged does not answer after ${TIMEOUT}s (see $BASE/log/munged.log)"
 }
 
@@ -243,10 +216,8 @@ EOF
 
 # --- daemons -------------------------------------------------------------
 
-ctld_up() { [[ $(scontrol ping 2>/dev/null) == *"is UP"* ]]; }
-
 start_slurmctld() {
-    if pid_of "$BASE/run/slurmctld.pid" slurmctld >/dev/null; then
+    if pid_from_file "$BASE/run/slurmctld.pid" slurmctld >/dev/null; then
         return 0
     fi
     log "starting slurmctld (port $CTLD_PORT)"
@@ -258,7 +229,7 @@ start_slurmctld() {
 start_slurmd() {
     local n=$1
     mkdir -p "$BASE/spool/$n"
-    if pid_of "$BASE/run/slurmd-$n.pid" slurmd >/dev/null; then
+    if pid_from_file "$BASE/run/slurmd-$n.pid" slurmd >/dev/null; then
         return 0
     fi
     log "starting slurmd -N $n"
@@ -307,21 +278,17 @@ check_jobs() {
         || die "srun on partition tiny failed (see $BASE/log/)"
     id=$(sbatch --parsable -J mxbatch-up-check -t 1 -o /dev/null -D / --wrap true) \
         || die "sbatch failed"
-    wait_for "batch job $id" job_done "$id" \
+    wait_until -s "batch job $id" "$TIMEOUT" job_done "$id" \
         || die "batch job $id not finished after ${TIMEOUT}s"
     st=$(job_state "$id")
     [[ $st == COMPLETED ]] || die "batch job $id ended $st (see $BASE/log/)"
 }
 
 write_env() {
-    local tmp
-    tmp=$(mktemp "$STATE_ROOT/slurm.env.XXXXXX")
-    cat >"$tmp" <<EOF
+    write_atomic "$ENV_FILE" <<EOF
 # Slurm test cluster (ci/clusters/slurm-up.sh); source before sbatch etc.
 export SLURM_CONF=$CONF
 EOF
-    chmod 0644 "$tmp"
-    mv -f "$tmp" "$ENV_FILE"
 }
 
 main() {
@@ -329,13 +296,12 @@ main() {
     install_packages
     mkdir -p "$BASE"/{etc,state,spool,run,log}
     export SLURM_CONF=$CONF
-    exec 9>"$BASE/lock"
-    flock -w "$TIMEOUT" 9 || die "another slurm-up/down holds $BASE/lock"
+    lock_cluster
 
     start_munge
     if write_conf; then
         log "wrote $CONF"
-        if pid_of "$BASE/run/slurmctld.pid" slurmctld >/dev/null \
+        if pid_from_file "$BASE/run/slurmctld.pid" slurmctld >/dev/null \
                 || compgen -G "$BASE/run/slurmd-*.pid" >/dev/null; then
             log "configuration changed: restarting the Slurm daemons"
             MXBATCH_SLURM_LOCKED=1 "$HERE/slurm-down.sh" --keep-munge \
@@ -343,7 +309,7 @@ main() {
         fi
     fi
     start_slurmctld
-    wait_for "slurmctld" ctld_up \
+    wait_until -s slurmctld "$TIMEOUT" ctld_up \
         || die "slurmctld does not answer after ${TIMEOUT}s (see $BASE/log/slurmctld.log)"
     # A check job of an earlier run that slurmctld lost track of (killed
     # before saving its end) would keep its nodes allocated until its limit.
@@ -352,7 +318,7 @@ main() {
         start_slurmd "$n"
     done
     NODE_STATES=
-    wait_for "idle nodes" nodes_idle \
+    wait_until -s "idle nodes" "$TIMEOUT" nodes_idle \
         || die "nodes not idle after ${TIMEOUT}s: ${NODE_STATES:-no answer} (see $BASE/log/)"
     check_jobs
     write_env

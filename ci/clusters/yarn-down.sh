@@ -12,48 +12,17 @@
 # no -e: a failed step must not stop the rest of the cleanup
 set -uo pipefail
 
-STATE_ROOT=${MXBATCH_CLUSTER_STATE:-/tmp/mxbatch-clusters}
-STATE=$STATE_ROOT/yarn
-RUN=$STATE/run
-RM_URL=http://127.0.0.1:8088
-RM_CLASS=org.apache.hadoop.yarn.server.resourcemanager.ResourceManager
-NM_CLASS=org.apache.hadoop.yarn.server.nodemanager.NodeManager
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$HERE/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=yarn-common.sh
+. "$HERE/yarn-common.sh"
+
 NM_GRACE=${MXBATCH_YARN_NM_GRACE:-5}
 RM_GRACE=30
 WIPE=0
 
-T0=$(date +%s.%N)
-log() { printf '[yarn-down %6.2fs] %s\n' "$(echo "$(date +%s.%N) - $T0" | bc)" "$*" >&2; }
-
-# pid_of NAME CLASS -> print the pid from RUN/NAME.pid if it is a live java running CLASS
-pid_of() {
-    local f=$RUN/$1.pid pid
-    [ -s "$f" ] || return 1
-    pid=$(cat "$f")
-    [ -r "/proc/$pid/cmdline" ] || return 1
-    case "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" in Z|X|"") return 1 ;; esac
-    tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$2" || return 1
-    echo "$pid"
-}
-
 words() { tr '\n' ' ' <<<"$1" | sed 's/ *$//'; }
-
-alive() { [ -d "/proc/$1" ] && ! awk '{exit !($3 == "Z")}' "/proc/$1/stat" 2>/dev/null; }
-
-# stop_pid PID NAME GRACE: SIGTERM, wait up to GRACE seconds, then SIGKILL
-stop_pid() {
-    local pid=$1 name=$2 grace=$3 ticks=$(($3 * 5))
-    kill -TERM "$pid" 2>/dev/null || return 0
-    while alive "$pid"; do
-        if [ "$ticks" -le 0 ]; then
-            log "$name (pid $pid) still running ${grace}s after SIGTERM: SIGKILL"
-            kill -KILL "$pid" 2>/dev/null
-            return 0
-        fi
-        ticks=$((ticks - 1))
-        sleep 0.2
-    done
-}
 
 # live_app_ids -> application ids the RM still runs (REST, no JVM needed)
 live_app_ids() {
@@ -61,8 +30,10 @@ live_app_ids() {
         2>/dev/null | grep -o '"id":"application_[0-9_]*"' | cut -d'"' -f4 | sort -u
 }
 
+no_live_apps() { [ -z "$(live_app_ids)" ]; }
+
 kill_apps() {
-    local ids id deadline=$((SECONDS + 20))
+    local ids id
     pid_of resourcemanager "$RM_CLASS" >/dev/null || return 0
     ids=$(live_app_ids)
     [ -n "$ids" ] || return 0
@@ -72,10 +43,7 @@ kill_apps() {
             "$RM_URL/ws/v1/cluster/apps/$id/state?user.name=$(id -un)" >/dev/null \
             || log "REST kill of $id failed"
     done
-    while [ -n "$(live_app_ids)" ]; do
-        [ $SECONDS -lt $deadline ] || { log "applications still live after 20s: $(words "$(live_app_ids)")"; return 0; }
-        sleep 0.5
-    done
+    wait_until 20 no_live_apps || log "applications still live after 20s: $(words "$(live_app_ids)")"
 }
 
 # stop_daemon NAME CLASS GRACE
@@ -83,7 +51,7 @@ stop_daemon() {
     local name=$1 class=$2 grace=$3 pid
     if pid=$(pid_of "$name" "$class"); then
         log "stopping $name (pid $pid)"
-        stop_pid "$pid" "$name" "$grace"
+        stop_pids "$name" "$grace" "$pid"
     fi
     rm -f "$RUN/$name.pid"
 }
@@ -106,15 +74,12 @@ container_pids() {
 }
 
 kill_leftover_containers() {
-    local pids p deadline=$((SECONDS + 5))
+    local pids
     pids=$(container_pids)
     [ -n "$pids" ] || return 0
     log "terminating leftover container processes: $(words "$pids")"
-    for p in $pids; do kill -TERM "$p" 2>/dev/null; done
-    for p in $pids; do
-        while alive "$p" && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
-        alive "$p" && { log "SIGKILL container process $p"; kill -KILL "$p" 2>/dev/null; }
-    done
+    # shellcheck disable=SC2086  # one word per pid
+    stop_pids "container processes" 5 $pids
     return 0
 }
 
@@ -126,7 +91,7 @@ stop_skein_driver() {
     pid=$(sed -n 's/.*"pid": *\([0-9]*\).*/\1/p' "$f")
     if [ -n "$pid" ] && tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF com.anaconda.skein.Driver; then
         log "stopping the global skein driver (pid $pid)"
-        stop_pid "$pid" skein-driver 10
+        stop_pids skein-driver 10 "$pid"
     fi
     rm -f "$f"
 }

@@ -22,29 +22,27 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$HERE/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=yarn-common.sh
+. "$HERE/yarn-common.sh"
+
 SRC=$HERE/yarn
 HADOOP_VERSION=${MXBATCH_HADOOP_VERSION:-3.4.2}
 CACHE=${MXBATCH_YARN_CACHE:-$HOME/.cache/mxbatch-yarn}
-STATE_ROOT=${MXBATCH_CLUSTER_STATE:-/tmp/mxbatch-clusters}
-STATE=$STATE_ROOT/yarn
 NM_MEMORY_MB=${MXBATCH_YARN_NM_MEMORY_MB:-8192}
 NM_VCORES=${MXBATCH_YARN_NM_VCORES:-8}
 UP_TIMEOUT=${MXBATCH_YARN_UP_TIMEOUT:-180}
 
 LIB=$CACHE/hadoop-$HADOOP_VERSION/lib
 CONF=$STATE/conf
-RUN=$STATE/run
 LOGS=$STATE/logs
 BIN=$STATE/bin
-RM_WEB_PORT=8088
 NM_WEB_PORT=8042
 NM_LOCALIZER_PORT=8040
-RM_URL=http://127.0.0.1:$RM_WEB_PORT
 # the RM's RPC ports (yarn-default.xml, with yarn.resourcemanager.hostname)
 RM_RPC_PORTS="8030 8031 8032 8033"
 
-RM_CLASS=org.apache.hadoop.yarn.server.resourcemanager.ResourceManager
-NM_CLASS=org.apache.hadoop.yarn.server.nodemanager.NodeManager
 # Java 17: what Hadoop's own hadoop-functions.sh adds since HADOOP-19310
 JPMS=(--add-opens=java.base/java.lang=ALL-UNNAMED
       --add-opens=java.base/java.lang.reflect=ALL-UNNAMED
@@ -59,10 +57,6 @@ JPMS=(--add-opens=java.base/java.lang=ALL-UNNAMED
       --add-exports=java.base/sun.net.util=ALL-UNNAMED)
 JPMS_OPTS="${JPMS[*]}"
 DAEMON_OPTS=(-Xmx512m -XX:+UseSerialGC -Djava.net.preferIPv4Stack=true)
-
-T0=$(date +%s.%N)
-log() { printf '[yarn-up %6.2fs] %s\n' "$(echo "$(date +%s.%N) - $T0" | bc)" "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
 
 # java_home -> print a JAVA_HOME for Java 11..21 or die
 java_home() {
@@ -79,17 +73,6 @@ java_home() {
         *) die "Java $major at $home: Hadoop $HADOOP_VERSION needs 11..21 (set JAVA_HOME)" ;;
     esac
     echo "$home"
-}
-
-# pid_of NAME CLASS -> print the pid from RUN/NAME.pid if it is a live java running CLASS
-pid_of() {
-    local f=$RUN/$1.pid pid
-    [ -s "$f" ] || return 1
-    pid=$(cat "$f")
-    [ -r "/proc/$pid/cmdline" ] || return 1
-    case "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" in Z|X|"") return 1 ;; esac
-    tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$2" || return 1
-    echo "$pid"
 }
 
 port_busy() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
@@ -205,11 +188,7 @@ start_daemon() {
         -Dhadoop.log.file="$name.log" -Dyarn.log.file="$name.log" \
         -Dhadoop.root.logger=INFO,console \
         -cp "$CONF:$LIB/*" "$class" </dev/null >>"$LOGS/$name.log" 2>&1 &
-    local deadline=$((SECONDS + 10))
-    until [ -s "$RUN/$name.pid" ]; do
-        [ $SECONDS -lt $deadline ] || die "$name did not start (see $LOGS/$name.log)"
-        sleep 0.1
-    done
+    wait_until 10 test -s "$RUN/$name.pid" || die "$name did not start (see $LOGS/$name.log)"
 }
 
 # stop_daemons: what yarn-down.sh does, but keep the state (used on a config change)
@@ -234,26 +213,27 @@ check_ports() {
 
 rm_metrics() { curl -sf --max-time 3 "$RM_URL/ws/v1/cluster/metrics" 2>/dev/null; }
 
+# node_active: the RM counts an active node (ACTIVE_NODES); dies if a daemon died
+node_active() {
+    ACTIVE_NODES=$(rm_metrics | sed -n 's/.*"activeNodes":\([0-9]*\).*/\1/p') || ACTIVE_NODES=0
+    [ "${ACTIVE_NODES:-0}" -ge 1 ] && return 0
+    pid_of resourcemanager "$RM_CLASS" >/dev/null || { tail -n 40 "$LOGS/resourcemanager.log" >&2; die "ResourceManager died"; }
+    pid_of nodemanager "$NM_CLASS" >/dev/null || { tail -n 40 "$LOGS/nodemanager.log" >&2; die "NodeManager died"; }
+    return 1
+}
+
 wait_ready() {
-    local deadline=$((SECONDS + UP_TIMEOUT)) n
     log "waiting up to ${UP_TIMEOUT}s for the NodeManager to register"
-    while :; do
-        n=$(rm_metrics | sed -n 's/.*"activeNodes":\([0-9]*\).*/\1/p') || n=0
-        [ "${n:-0}" -ge 1 ] && break
-        pid_of resourcemanager "$RM_CLASS" >/dev/null || { tail -n 40 "$LOGS/resourcemanager.log" >&2; die "ResourceManager died"; }
-        pid_of nodemanager "$NM_CLASS" >/dev/null || { tail -n 40 "$LOGS/nodemanager.log" >&2; die "NodeManager died"; }
-        if [ $SECONDS -ge $deadline ]; then
-            tail -n 20 "$LOGS/resourcemanager.log" "$LOGS/nodemanager.log" >&2
-            die "no active node after ${UP_TIMEOUT}s (logs in $LOGS)"
-        fi
-        sleep 0.5
-    done
-    log "ResourceManager $RM_URL: activeNodes $n"
+    if ! wait_until "$UP_TIMEOUT" node_active; then
+        tail -n 20 "$LOGS/resourcemanager.log" "$LOGS/nodemanager.log" >&2
+        die "no active node after ${UP_TIMEOUT}s (logs in $LOGS)"
+    fi
+    log "ResourceManager $RM_URL: activeNodes $ACTIVE_NODES"
 }
 
 write_env() {
     local f=$STATE_ROOT/yarn.env
-    cat >"$f.tmp" <<EOF
+    write_atomic "$f" <<EOF
 # written by ci/clusters/yarn-up.sh: source before the YARN tests
 export PATH="$BIN:\$PATH"
 export JAVA_HOME="$JAVA_HOME"
@@ -267,7 +247,6 @@ export MXBATCH_YARN_RM_URL="$RM_URL"
 export MXBATCH_YARN_NM_LOG_DIR="$STATE/nm-logs"
 export MXBATCH_YARN_JAVA_OPTS="$JPMS_OPTS"
 EOF
-    mv "$f.tmp" "$f"
     log "env written to $f"
 }
 
