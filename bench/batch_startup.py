@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from common import EXAMPLES, cluster_env, fmt, launch_py_argv, timed_submit
+from common import EXAMPLES, cluster_env, fmt, launch_py_argv, print_table, timed_submit
 
 
 def spec(tmp: Path, backend: str, options: str) -> Path:
@@ -100,10 +100,7 @@ def main() -> None:
                           for _ in range(args.repeat)]), ""))
         rows.append(("floor: sbatch + squeue every 0.1s", "", "",
                      fmt([sbatch_polled(env) for _ in range(args.repeat)]), ""))
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    print()
-    for row in rows:
-        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)))
+    print_table(rows)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -61,6 +61,14 @@ def timed_submit(env: Dict[str, str], backend: str, spec_path: Path) -> dict:
     return {"rc": result.returncode, "wall": wall, "stderr": result.stderr,
             "all_running": max(starts) - t0 if len(starts) == 5 else None,
             "first_step": max(firsts) if len(firsts) == 2 else None}
+
+
+def print_table(rows: List[Sequence[str]]) -> None:
+    """Rows of cells as left-aligned columns; the first row is the header."""
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    print()
+    for row in rows:
+        print("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)))
 
 
 def fmt(values: List[Optional[float]], unit: str = "s") -> str:

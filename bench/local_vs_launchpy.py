@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from common import EXAMPLES, fmt, launch_py_argv
+from common import EXAMPLES, fmt, launch_py_argv, print_table
 
 TRAIN = ["python3", "train_mlp.py", "--kvstore", "dist_sync", "--epochs", "3"]
 
@@ -160,9 +160,7 @@ def main() -> None:
                  *(("HUNG, killed after %.0fs" % crashes[n]["wall"]) if crashes[n]["hung"]
                    else "exit %s after %.1fs" % (crashes[n]["rc"], crashes[n]["wall"])
                    for n in launchers)))
-    widths = [max(len(str(row[i])) for row in rows) for i in range(3)]
-    for row in rows:
-        print("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)))
+    print_table(rows)
 
 
 if __name__ == "__main__":

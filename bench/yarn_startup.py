@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict
 
-from common import EXAMPLES, cluster_env, fmt, timed_submit
+from common import EXAMPLES, cluster_env, fmt, print_table, timed_submit
 
 SKEIN = [sys.executable, "-m", "skein.cli"]
 
@@ -101,10 +101,7 @@ def main() -> None:
                      fmt([driver_start(env) for _ in range(args.repeat)]), ""))
     finally:
         global_driver(env, was_running)
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    print()
-    for row in rows:
-        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)))
+    print_table(rows)
 
 
 if __name__ == "__main__":

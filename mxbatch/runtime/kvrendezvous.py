@@ -96,13 +96,7 @@ class KeyValueRendezvous(Rendezvous):
         return self.store.put_new(ABORT_KEY, encode(record.to_dict()))
 
     def read_abort(self) -> Optional[AbortRecord]:
-        data = decode(self.store.get(ABORT_KEY))
-        if data is None:
-            return None
-        try:
-            return AbortRecord.from_dict(data)
-        except (TypeError, ValueError, KeyError):
-            return None
+        return AbortRecord.parse(decode(self.store.get(ABORT_KEY)))
 
     def close(self, exit_status: int) -> None:
         """Tell the store this task has ended (see ``KeyValueStore.close``)."""

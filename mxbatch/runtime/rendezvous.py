@@ -98,13 +98,7 @@ class FileRendezvous(Rendezvous):
             _unlink_quietly(tmp)
 
     def read_abort(self) -> Optional[AbortRecord]:
-        data = read_json(self._path("abort.json"))
-        if data is None:
-            return None
-        try:
-            return AbortRecord.from_dict(data)
-        except (TypeError, ValueError, KeyError):
-            return None
+        return AbortRecord.parse(read_json(self._path("abort.json")))
 
 
 # --------------------------------------------------------------------------- helpers

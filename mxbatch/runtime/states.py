@@ -100,3 +100,13 @@ class AbortRecord:
         data = dict(data)
         data["kind"] = AbortKind(data["kind"])
         return cls(**data)
+
+    @classmethod
+    def parse(cls, data: Optional[Any]) -> Optional["AbortRecord"]:
+        """The record in decoded JSON; None when absent or unreadable."""
+        if data is None:
+            return None
+        try:
+            return cls.from_dict(data)
+        except (TypeError, ValueError, KeyError):
+            return None
