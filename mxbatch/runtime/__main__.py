@@ -25,15 +25,17 @@ import sys
 from typing import List, Optional
 
 from .kvrendezvous import KeyValueRendezvous
+from .layout import RunLayout
 from .manager import LocalManager
 from .planfile import RunPlan
 from .rendezvous import FileRendezvous, Rendezvous
+from .roles import Role
 from .supervisor import Supervisor
 from .task import TaskIdentityError, resolve
 
 
 def _load_plan(run_dir: str) -> RunPlan:
-    with open(os.path.join(run_dir, "plan.json")) as handle:
+    with open(RunLayout(run_dir).plan) as handle:
         plan = RunPlan.from_json(handle.read())
     return dataclasses.replace(
         plan, run_dir=os.path.normpath(os.path.join(run_dir, plan.run_dir)),
@@ -55,7 +57,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     run = commands.add_parser("run", help="supervise one task")
     run.add_argument("run_dir")
     run.add_argument("--task", type=int, default=None)
-    run.add_argument("--role", choices=("scheduler", "server", "worker"), default=None)
+    run.add_argument("--role", choices=[r.value for r in Role], default=None)
     run.add_argument("--kv-store", metavar="MODULE:FACTORY", default=None,
                      help="rendezvous in the key-value store FACTORY(plan) makes")
     run.add_argument("--task-from", metavar="VAR", default=None,
@@ -90,8 +92,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                              % (args.kv_store, type(exc).__name__, exc))
             return 2
     code = Supervisor(plan, task, rendezvous).run()
-    if isinstance(rendezvous, KeyValueRendezvous):
-        rendezvous.close(code)
+    rendezvous.close(code)
     return code
 
 

@@ -7,8 +7,8 @@ MODULE:FACTORY`` (see ``__main__``), so this package stays standard-library only
 
 Keys and values (JSON, UTF-8, sorted keys), the same for every store:
 
-- ``scheduler``: ``{job_id, ip, port, host, pid, attempt}``, put once the port
-  accepts connections (a put is atomic: readers see all of it or nothing);
+- ``scheduler``: the ``SchedulerRecord`` (a put is atomic: readers see all of it
+  or nothing);
 - ``task/<role>-<rank>``: each supervisor's ``TaskRecord`` (with heartbeat);
 - ``abort``: the first ``AbortRecord``; ``put_new`` only creates it, so the
   first writer wins, as with ``abort.json``.
@@ -22,7 +22,7 @@ import time
 from typing import Any, Dict, Optional
 
 from .rendezvous import Rendezvous, TaskKey
-from .states import AbortRecord, TaskRecord, collect_task_records
+from .states import AbortRecord, SchedulerRecord, TaskRecord, collect_task_records
 
 SCHEDULER_KEY = "scheduler"
 TASK_PREFIX = "task/"
@@ -77,14 +77,14 @@ class KeyValueRendezvous(Rendezvous):
     def __init__(self, store: Any) -> None:
         self.store = store
 
-    def publish_scheduler(self, info: Dict[str, Any]) -> None:
-        self.store.put(SCHEDULER_KEY, encode(info))
+    def publish_scheduler(self, record: SchedulerRecord) -> None:
+        self.store.put(SCHEDULER_KEY, encode(record.to_dict()))
 
-    def read_scheduler(self) -> Optional[Dict[str, Any]]:
-        return decode(self.store.get(SCHEDULER_KEY))
+    def read_scheduler(self) -> Optional[SchedulerRecord]:
+        return SchedulerRecord.parse(decode(self.store.get(SCHEDULER_KEY)))
 
     def write_task(self, record: TaskRecord) -> None:
-        self.store.put(task_key(record.role, record.rank), encode(record.to_dict()))
+        self.store.put(task_key(record.role.value, record.rank), encode(record.to_dict()))
 
     def read_tasks(self) -> Dict[TaskKey, TaskRecord]:
         return collect_task_records(decode(value)

@@ -62,7 +62,7 @@ class LocalManager:
     def _launch(self) -> None:
         while self.queue and len(self.running) < self.slots:
             task = self.queue.pop(0)
-            log = os.path.join(self.plan.run_dir, "logs", task.name + ".out")
+            log = self.plan.layout.supervisor_log(task.role.value, task.rank)
             self.running[task.index] = ForkedSupervisor(self.plan, task, self.rdv, log)
 
     def _reap(self) -> None:
@@ -83,7 +83,7 @@ class LocalManager:
                 role=task.role, rank=task.rank, state=TaskState.LOST, note=reason,
                 host=record.host if record else "", pid=record.pid if record else None,
                 supervisor_pid=proc.pid, ended_at=time.time(),
-                log=os.path.join(self.plan.run_dir, "logs", task.name + ".log")))
+                log=self.plan.layout.task_log(task.role.value, task.rank)))
             self.rdv.write_abort(AbortRecord(kind=AbortKind.FAILED, reason=reason,
                                              role=task.role, rank=task.rank, by="local manager"))
             if record is not None and record.pid:

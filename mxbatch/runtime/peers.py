@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Tuple
 
 from .planfile import RunPlan
 from .rendezvous import TaskKey
+from .roles import Role
 from .states import AbortKind, AbortRecord, TaskRecord, TaskState
 
 
@@ -37,12 +38,12 @@ def startup_abort(plan: RunPlan, missing: List[str], by: str) -> AbortRecord:
 
 
 def workers_succeeded(plan: RunPlan, records: Dict[TaskKey, TaskRecord]) -> bool:
-    workers = plan.tasks_of("worker")
+    workers = plan.tasks_of(Role.WORKER)
     return bool(workers) and all(
         (records.get((w.role, w.rank)) or _NONE).state is TaskState.SUCCEEDED for w in workers)
 
 
-_NONE = TaskRecord(role="", rank=-1, state=TaskState.UNKNOWN)
+_NONE = TaskRecord(role=Role.WORKER, rank=-1, state=TaskState.UNKNOWN)
 
 
 class HeartbeatWatch:
@@ -73,4 +74,4 @@ def lost_abort(record: TaskRecord, timeout_s: float, by: str) -> AbortRecord:
     return AbortRecord(
         kind=AbortKind.FAILED, by=by, role=record.role, rank=record.rank, log=record.log,
         reason="%s[%d] lost: no heartbeat for %gs (host %s, supervisor pid %s)"
-               % (record.role, record.rank, timeout_s, record.host, record.supervisor_pid))
+               % (record.role.value, record.rank, timeout_s, record.host, record.supervisor_pid))

@@ -9,7 +9,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional
 
-ROLES = ("scheduler", "server", "worker")
+from .layout import RunLayout, task_name
+from .roles import Role
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,7 @@ class TaskInfo:
     """One role instance. ``index`` is its place in the job: scheduler 0, servers, workers."""
 
     index: int
-    role: str
+    role: Role
     rank: int
     argv: List[str]
     env: Dict[str, str]
@@ -29,12 +30,12 @@ class TaskInfo:
     @property
     def name(self) -> str:
         """File-name form, ``worker-1``."""
-        return "%s-%d" % (self.role, self.rank)
+        return task_name(self.role.value, self.rank)
 
     @property
     def label(self) -> str:
         """Display form, ``worker[1]``."""
-        return "%s[%d]" % (self.role, self.rank)
+        return "%s[%d]" % (self.role.value, self.rank)
 
 
 @dataclass(frozen=True)
@@ -58,20 +59,27 @@ class RunPlan:
     # execds (SGE here) replace PATH even with qsub -V, and then `python3` is not
     # the submitter's (venv) Python.
     submit_path: Optional[str] = None
+    # Let roles write core files (RLIMIT_CORE untouched); off by default: a core dump
+    # of an MXNet process is hundreds of MB in the workdir.
+    core_dumps: bool = False
     tasks: List[TaskInfo] = field(default_factory=list)
+
+    @property
+    def layout(self) -> RunLayout:
+        return RunLayout(self.run_dir)
 
     @property
     def startup_deadline(self) -> float:
         return self.created_at + self.startup_timeout_s
 
-    def tasks_of(self, role: str) -> List[TaskInfo]:
+    def tasks_of(self, role: Role) -> List[TaskInfo]:
         return [t for t in self.tasks if t.role == role]
 
-    def task_for(self, role: str, rank: int) -> TaskInfo:
+    def task_for(self, role: Role, rank: int) -> TaskInfo:
         for task in self.tasks:
             if task.role == role and task.rank == rank:
                 return task
-        raise KeyError("no task %s[%d] in job %s" % (role, rank, self.job_id))
+        raise KeyError("no task %s[%d] in job %s" % (Role(role).value, rank, self.job_id))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -79,5 +87,5 @@ class RunPlan:
     @classmethod
     def from_json(cls, text: str) -> "RunPlan":
         data = json.loads(text)
-        data["tasks"] = [TaskInfo(**t) for t in data["tasks"]]
+        data["tasks"] = [TaskInfo(**dict(t, role=Role(t["role"]))) for t in data["tasks"]]
         return cls(**data)

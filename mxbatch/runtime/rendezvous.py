@@ -1,16 +1,19 @@
 """How tasks of one job find each other and share state.
 
 ``Rendezvous`` is the interface; ``FileRendezvous`` implements it on a run
-directory on shared storage:
+directory on shared storage (paths from ``RunLayout``):
 
-- ``scheduler.json``: the scheduler's ``{job_id, ip, port, host, pid, attempt}``,
-  published by write-temp + fsync + rename once its port accepts connections;
+- ``scheduler.json``: the ``SchedulerRecord``, by write-temp + fsync + rename;
 - ``tasks/<role>-<rank>.json``: each supervisor's ``TaskRecord`` (with heartbeat);
 - ``abort.json``: the first ``AbortRecord`` wins (hard link of a finished temp
   file, which fails if the name exists, also on NFS).
 
 Readers always open+read (never stat first: NFS caches negative lookups) and
 treat a missing or half-written file as "not there yet".
+
+``MirroredRendezvous`` is the CLI's view of a rendezvous that lives elsewhere
+(YARN's key-value store) and ends with the job: every read and write also goes
+to a ``FileRendezvous`` mirror, which answers alone once the live one is gone.
 """
 
 import abc
@@ -21,20 +24,22 @@ import socket
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from .states import AbortRecord, TaskRecord, collect_task_records
+from .layout import RunLayout
+from .roles import Role
+from .states import AbortRecord, SchedulerRecord, TaskRecord, collect_task_records
 
-TaskKey = Tuple[str, int]
+TaskKey = Tuple[Role, int]
 
 
 class Rendezvous(abc.ABC):
     """Shared state of one job. Every method is safe to call from any task."""
 
     @abc.abstractmethod
-    def publish_scheduler(self, info: Dict[str, Any]) -> None:
+    def publish_scheduler(self, record: SchedulerRecord) -> None:
         """Make the scheduler's address visible to every task, atomically."""
 
     @abc.abstractmethod
-    def read_scheduler(self) -> Optional[Dict[str, Any]]:
+    def read_scheduler(self) -> Optional[SchedulerRecord]:
         """The published scheduler address, or None if not (completely) there yet."""
 
     @abc.abstractmethod
@@ -53,40 +58,41 @@ class Rendezvous(abc.ABC):
     def read_abort(self) -> Optional[AbortRecord]:
         """The abort record, if any."""
 
+    def close(self, exit_status: int) -> None:  # noqa: B027 - optional hook
+        """Called once, when the supervisor using this rendezvous has ended with
+        ``exit_status``. Default: nothing to release."""
+
 
 class FileRendezvous(Rendezvous):
+    """The rendezvous as files of a run directory (see the module docstring)."""
+
     def __init__(self, run_dir: str) -> None:
-        self.run_dir = run_dir
-        self.tasks_dir = os.path.join(run_dir, "tasks")
+        self.layout = RunLayout(run_dir)
 
-    # -- files
-    def _path(self, *parts: str) -> str:
-        return os.path.join(self.run_dir, *parts)
+    def publish_scheduler(self, record: SchedulerRecord) -> None:
+        atomic_write_json(self.layout.scheduler, record.to_dict())
 
-    def publish_scheduler(self, info: Dict[str, Any]) -> None:
-        atomic_write_json(self._path("scheduler.json"), info)
-
-    def read_scheduler(self) -> Optional[Dict[str, Any]]:
-        return read_json(self._path("scheduler.json"))
+    def read_scheduler(self) -> Optional[SchedulerRecord]:
+        return SchedulerRecord.parse(read_json(self.layout.scheduler))
 
     def write_task(self, record: TaskRecord) -> None:
-        os.makedirs(self.tasks_dir, exist_ok=True)
-        name = "%s-%d.json" % (record.role, record.rank)
-        atomic_write_json(os.path.join(self.tasks_dir, name), record.to_dict())
+        os.makedirs(self.layout.tasks_dir, exist_ok=True)
+        atomic_write_json(self.layout.task_record(record.role.value, record.rank),
+                          record.to_dict())
 
     def read_tasks(self) -> Dict[TaskKey, TaskRecord]:
         try:
-            names = os.listdir(self.tasks_dir)
+            names = os.listdir(self.layout.tasks_dir)
         except OSError:
             return {}
-        return collect_task_records(read_json(os.path.join(self.tasks_dir, name))
+        return collect_task_records(read_json(os.path.join(self.layout.tasks_dir, name))
                                     for name in names
                                     if name.endswith(".json") and not name.startswith("."))
 
     def write_abort(self, record: AbortRecord) -> bool:
         if not record.at:
             record.at = time.time()
-        target = self._path("abort.json")
+        target = self.layout.abort
         tmp = _temp_name(target)
         _write_synced(tmp, json.dumps(record.to_dict(), sort_keys=True).encode())
         try:
@@ -98,7 +104,69 @@ class FileRendezvous(Rendezvous):
             _unlink_quietly(tmp)
 
     def read_abort(self) -> Optional[AbortRecord]:
-        return AbortRecord.parse(read_json(self._path("abort.json")))
+        return AbortRecord.parse(read_json(self.layout.abort))
+
+
+#: ``attempt(call)`` runs ``call`` against the live rendezvous; None when it is gone
+LiveAttempt = Callable[[Callable[[Rendezvous], Any]], Optional[Any]]
+
+
+class MirroredRendezvous(Rendezvous):
+    """A live rendezvous mirrored into a run directory (see the module docstring).
+
+    ``attempt`` reaches the live one (None: unreachable or ended); ``mirror`` keeps
+    what was read or written, and answers alone when the live one does not."""
+
+    def __init__(self, attempt: LiveAttempt, mirror: FileRendezvous) -> None:
+        self.attempt = attempt
+        self.mirror = mirror
+        self._mirrored: Dict[TaskKey, Dict[str, Any]] = {}
+
+    def publish_scheduler(self, record: SchedulerRecord) -> None:
+        self.attempt(lambda live: live.publish_scheduler(record))
+        self.mirror.publish_scheduler(record)
+
+    def read_scheduler(self) -> Optional[SchedulerRecord]:
+        record = self.attempt(lambda live: live.read_scheduler())
+        if record is None:
+            return self.mirror.read_scheduler()
+        self.mirror.publish_scheduler(record)
+        return record
+
+    def write_task(self, record: TaskRecord) -> None:
+        self.attempt(lambda live: live.write_task(record))
+        self._mirror_task(record)
+
+    def read_tasks(self) -> Dict[TaskKey, TaskRecord]:
+        records = self.attempt(lambda live: live.read_tasks())
+        if records is None:
+            return self.mirror.read_tasks()
+        for record in records.values():
+            self._mirror_task(record)
+        return records
+
+    def write_abort(self, record: AbortRecord) -> bool:
+        first = self.attempt(lambda live: live.write_abort(record))
+        if first is None:  # the live rendezvous is gone: the mirror only
+            return self.mirror.write_abort(record)
+        if first:
+            self.mirror.write_abort(record)
+        else:  # another writer was first: mirror theirs
+            self.read_abort()
+        return bool(first)
+
+    def read_abort(self) -> Optional[AbortRecord]:
+        abort = self.attempt(lambda live: live.read_abort())
+        if abort is None:
+            return self.mirror.read_abort()
+        self.mirror.write_abort(abort)
+        return abort
+
+    def _mirror_task(self, record: TaskRecord) -> None:
+        data = record.to_dict()
+        if self._mirrored.get(record.key) != data:
+            self.mirror.write_task(record)
+            self._mirrored[record.key] = data
 
 
 # --------------------------------------------------------------------------- helpers

@@ -1,8 +1,36 @@
-"""Task states and the records supervisors keep in ``tasks/<role>-<rank>.json``."""
+"""The records tasks share through the rendezvous, and the states they carry.
+
+- ``SchedulerRecord``: where the ps-lite scheduler listens (``scheduler.json``);
+- ``TaskRecord``: what a supervisor says of its task (``tasks/<role>-<rank>.json``);
+- ``AbortRecord``: why the job ends early (``abort.json``; the first one wins).
+
+Each is a dataclass with ``to_dict``/``from_dict`` (plain JSON data) and a
+``parse`` that returns None for absent or unreadable data (a file being written,
+or one from another version), so readers never see half a record.
+"""
 
 import enum
-from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Iterable, Optional, Tuple
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Dict, Iterable, Optional, Tuple, Type, TypeVar
+
+from .roles import Role
+
+R = TypeVar("R")
+
+
+def _known(cls: Type[Any], data: Dict[str, Any]) -> Dict[str, Any]:
+    """``data`` without keys ``cls`` does not have (written by a newer version)."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def _parse(cls: Type[R], data: Optional[Any]) -> Optional[R]:
+    if not isinstance(data, dict):
+        return None
+    try:
+        return cls.from_dict(data)  # type: ignore[attr-defined]
+    except (TypeError, ValueError, KeyError):
+        return None
 
 
 class TaskState(str, enum.Enum):
@@ -30,11 +58,44 @@ class AbortKind(str, enum.Enum):
     CANCELLED = "CANCELLED"  # a user asked for it
 
 
+@dataclass(frozen=True)
+class SchedulerRecord:
+    """Where the scheduler of ``job_id`` listens. Published as soon as its role starts
+    (``listening`` false), again once the port accepts connections (true); a new
+    ``attempt`` means it moved to another port."""
+
+    job_id: str
+    ip: str
+    port: int
+    host: str = ""
+    pid: Optional[int] = None
+    attempt: int = 1
+    listening: bool = False
+
+    @property
+    def address(self) -> str:
+        return "%s:%d" % (self.ip, self.port)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "SchedulerRecord":
+        data = _known(cls, data)
+        data["port"] = int(data["port"])
+        return cls(**data)
+
+    @classmethod
+    def parse(cls, data: Optional[Any]) -> Optional["SchedulerRecord"]:
+        """The record in decoded JSON; None when absent or unreadable."""
+        return _parse(cls, data)
+
+
 @dataclass
 class TaskRecord:
     """What a supervisor says about its task. ``heartbeat`` grows while it lives."""
 
-    role: str
+    role: Role
     rank: int
     state: TaskState
     host: str = ""
@@ -50,28 +111,35 @@ class TaskRecord:
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
+        data["role"] = self.role.value
         data["state"] = self.state.value
         return data
 
+    @property
+    def key(self) -> Tuple[Role, int]:
+        return self.role, self.rank
+
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "TaskRecord":
-        data = dict(data)
+        data = _known(cls, data)
+        data["role"] = Role(data["role"])
         data["state"] = TaskState(data["state"])
         return cls(**data)
 
+    @classmethod
+    def parse(cls, data: Optional[Any]) -> Optional["TaskRecord"]:
+        """The record in decoded JSON; None when absent or unreadable."""
+        return _parse(cls, data)
 
-def collect_task_records(items: Iterable[Any]) -> Dict[Tuple[str, int], "TaskRecord"]:
+
+def collect_task_records(items: Iterable[Any]) -> Dict[Tuple[Role, int], "TaskRecord"]:
     """Task records by (role, rank) from decoded JSON values; unreadable ones are skipped
     (a record being written, or one from another version)."""
     records = {}
     for data in items:
-        if data is None:
-            continue
-        try:
-            record = TaskRecord.from_dict(data)
-        except (TypeError, ValueError, KeyError):
-            continue
-        records[(record.role, record.rank)] = record
+        record = TaskRecord.parse(data)
+        if record is not None:
+            records[record.key] = record
     return records
 
 
@@ -81,7 +149,7 @@ class AbortRecord:
 
     kind: AbortKind
     reason: str
-    role: Optional[str] = None
+    role: Optional[Role] = None
     rank: Optional[int] = None
     exit_code: Optional[int] = None
     signal: Optional[str] = None
@@ -93,20 +161,18 @@ class AbortRecord:
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
         data["kind"] = self.kind.value
+        data["role"] = self.role.value if self.role is not None else None
         return data
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "AbortRecord":
-        data = dict(data)
+        data = _known(cls, data)
         data["kind"] = AbortKind(data["kind"])
+        if data.get("role") is not None:
+            data["role"] = Role(data["role"])
         return cls(**data)
 
     @classmethod
     def parse(cls, data: Optional[Any]) -> Optional["AbortRecord"]:
         """The record in decoded JSON; None when absent or unreadable."""
-        if data is None:
-            return None
-        try:
-            return cls.from_dict(data)
-        except (TypeError, ValueError, KeyError):
-            return None
+        return _parse(cls, data)

@@ -1,10 +1,11 @@
 """Run one task of the job: start its role process, watch the job, tear down.
 
-Contract (see docs/protocol.md):
+Contract (docs/design.md, "The run directory and protocol"):
 - the role runs in its own process group, dies with the supervisor (PDEATHSIG),
-  writes stdout+stderr to ``logs/<role>-<rank>.log``;
+  writes stdout+stderr to ``logs/<role>-<rank>.log``, and writes no core file
+  unless the plan allows it (``core_dumps``);
 - the scheduler task picks a free port, starts the role and publishes
-  ``scheduler.json`` at once, so every role imports MXNet in parallel (zmq retries
+  its ``SchedulerRecord`` at once, so every role imports MXNet in parallel (zmq retries
   the connection until the scheduler binds); once the port accepts connections it
   republishes with ``listening: true``; if the role dies first (port taken), it
   republishes another port with ``attempt + 1`` and members still waiting restart
@@ -19,7 +20,10 @@ Contract (see docs/protocol.md):
 The supervisor's exit status is 0 only if its own task succeeded.
 """
 
+import dataclasses
+import functools
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -32,7 +36,8 @@ from .environ import role_environment
 from .peers import HeartbeatWatch, lost_abort, missing_at_deadline, startup_abort, workers_succeeded
 from .planfile import RunPlan, TaskInfo
 from .rendezvous import Backoff, Rendezvous, poll_until
-from .states import AbortKind, AbortRecord, TaskRecord, TaskState
+from .roles import Role
+from .states import AbortKind, AbortRecord, SchedulerRecord, TaskRecord, TaskState
 
 POLL_S = 0.05
 HEARTBEAT_S = 1.0
@@ -57,7 +62,13 @@ def signal_name(returncode: int) -> Optional[str]:
         return "signal %d" % -returncode
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _prepare_role(core_dumps: bool) -> None:  # runs in the child between fork and exec
+    """Die with the supervisor (PR_SET_PDEATHSIG); no core file unless allowed."""
+    if not core_dumps:
+        try:
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        except (OSError, ValueError):
+            pass
     try:
         import ctypes
 
@@ -73,7 +84,7 @@ class Supervisor:
         self.task = task
         self.rdv = rendezvous
         self.environ = dict(os.environ if environ is None else environ)
-        self.log_path = os.path.join(plan.run_dir, "logs", task.name + ".log")
+        self.log_path = plan.layout.task_log(task.role.value, task.rank)
         self.record = TaskRecord(role=task.role, rank=task.rank, state=TaskState.STARTING,
                                  host=socket.gethostname(), supervisor_pid=os.getpid(),
                                  started_at=time.time(), log=self.log_path)
@@ -81,7 +92,7 @@ class Supervisor:
         self.signalled: Optional[int] = None
         self.heartbeats = HeartbeatWatch(plan.heartbeat_timeout_s)
         self.workers_done_at: Optional[float] = None
-        self.scheduler_info: Optional[Dict] = None
+        self.scheduler_info: Optional[SchedulerRecord] = None
         self._next_scheduler_check = 0.0
         self._next_beat = 0.0
         self._next_peer_check = 0.0
@@ -99,7 +110,7 @@ class Supervisor:
             return self._finish(TaskState.CANCELLED, "not started: job aborted")
         self._save()
         try:
-            if self.task.role == "scheduler":
+            if self.task.role is Role.SCHEDULER:
                 self._start_scheduler()
             else:
                 self._start_member()
@@ -177,7 +188,7 @@ class Supervisor:
 
     # ------------------------------------------------------------------ starting
     def _popen(self, rendezvous_env: Dict[str, str]) -> None:
-        hook_dir = pyhook.install(os.path.join(self.plan.run_dir, "pyhook"))
+        hook_dir = pyhook.install(self.plan.layout.pyhook_dir)
         env = role_environment(self.environ, self.plan.inherit_env, self.task.env,
                                rendezvous_env, hook_dir, self.plan.submit_path)
         self.say("starting %s" % " ".join(self.task.argv))
@@ -185,7 +196,7 @@ class Supervisor:
             self.proc = subprocess.Popen(
                 self.task.argv, cwd=self.plan.workdir, env=env, stdin=subprocess.DEVNULL,
                 stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=_die_with_parent)
+                preexec_fn=functools.partial(_prepare_role, self.plan.core_dumps))
         except OSError as exc:
             raise self._fail("%s: cannot start %r: %s" % (
                 self.task.label, self.task.argv[0], exc.strerror or exc)) from None
@@ -209,12 +220,12 @@ class Supervisor:
                                  % (self.plan.port_low, self.plan.port_high))
             self._popen({"DMLC_PS_ROOT_URI": ip, "DMLC_PS_ROOT_PORT": str(port),
                          "DMLC_NODE_HOST": ip})
-            info = {"job_id": self.plan.job_id, "ip": ip, "port": port, "listening": False,
-                    "host": socket.gethostname(), "pid": self.proc.pid, "attempt": attempt}
+            info = SchedulerRecord(job_id=self.plan.job_id, ip=ip, port=port,
+                                   host=socket.gethostname(), pid=self.proc.pid,
+                                   attempt=attempt)
             self.rdv.publish_scheduler(info)
             if self._wait_listening(ip, port):
-                info["listening"] = True
-                self.rdv.publish_scheduler(info)
+                self.rdv.publish_scheduler(dataclasses.replace(info, listening=True))
                 self.say("listening on %s:%d (attempt %d)" % (ip, port, attempt))
                 return
             code = self.proc.returncode
@@ -237,9 +248,9 @@ class Supervisor:
             time.sleep(0.1)
 
     def _start_member(self) -> None:
-        def published() -> Optional[Dict]:
+        def published() -> Optional[SchedulerRecord]:
             info = self.rdv.read_scheduler()
-            return info if info is not None and info.get("job_id") == self.plan.job_id else None
+            return info if info is not None and info.job_id == self.plan.job_id else None
 
         info = poll_until(published, self.plan.startup_deadline, on_idle=self._tick,
                           backoff=Backoff(cap=HEARTBEAT_S))
@@ -249,30 +260,30 @@ class Supervisor:
                                                          self.plan.startup_timeout_s))
         self._start_member_role(info)
 
-    def _start_member_role(self, info: Dict) -> None:
+    def _start_member_role(self, info: SchedulerRecord) -> None:
         try:
-            my_ip = net.node_ip(self.plan.interface, info["ip"])
+            my_ip = net.node_ip(self.plan.interface, info.ip)
         except (net.NetworkError, OSError) as exc:
             raise self._fail("%s: %s" % (self.task.label, exc)) from None
         self.scheduler_info = info
-        self._popen({"DMLC_PS_ROOT_URI": info["ip"], "DMLC_PS_ROOT_PORT": str(info["port"]),
+        self._popen({"DMLC_PS_ROOT_URI": info.ip, "DMLC_PS_ROOT_PORT": str(info.port),
                      "DMLC_NODE_HOST": my_ip})
 
     def _follow_scheduler(self) -> None:
         """Until the scheduler listens, restart this role if it moved to another port."""
         info = self.scheduler_info
-        if info is None or info.get("listening"):
+        if info is None or info.listening:
             return
         now = time.time()
         if now < self._next_scheduler_check:
             return
         self._next_scheduler_check = now + 0.5
         latest = self.rdv.read_scheduler()
-        if latest is None or latest.get("job_id") != self.plan.job_id:
+        if latest is None or latest.job_id != self.plan.job_id:
             return
-        if latest.get("attempt") != info.get("attempt"):
-            self.say("the scheduler moved to %s:%s (attempt %s): restarting the role"
-                     % (latest["ip"], latest["port"], latest["attempt"]))
+        if latest.attempt != info.attempt:
+            self.say("the scheduler moved to %s (attempt %d): restarting the role"
+                     % (latest.address, latest.attempt))
             self._kill_group(signal.SIGKILL)
             self.proc.wait()
             self._start_member_role(latest)
@@ -287,7 +298,7 @@ class Supervisor:
             if code is not None:
                 return self._on_exit(code)
             self._tick()
-            lingering = (self.task.role != "worker" and self.workers_done_at is not None
+            lingering = (self.task.role is not Role.WORKER and self.workers_done_at is not None
                          and time.time() - self.workers_done_at > self.plan.grace_s)
             if lingering:
                 self.say("still running %gs after every worker succeeded: stopping it"

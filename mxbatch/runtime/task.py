@@ -12,6 +12,7 @@
 from typing import Mapping, Optional
 
 from .planfile import RunPlan, TaskInfo
+from .roles import Role
 
 _ARRAY_VARIABLES = (("SGE_TASK_ID", 1), ("SLURM_ARRAY_TASK_ID", 0),
                     ("OMPI_COMM_WORLD_RANK", 0), ("PMI_RANK", 0))
@@ -45,10 +46,10 @@ def resolve(plan: RunPlan, environ: Mapping[str, str], index: Optional[int] = No
         if value.isdigit():
             rank = int(value) - (base if array_base is None else array_base)
             try:
-                return plan.task_for(role, rank)
+                return plan.task_for(Role(role), rank)
             except KeyError as exc:
                 raise TaskIdentityError("%s=%s: %s" % (variable, value, exc)) from None
-    if len(plan.tasks_of(role)) == 1:
-        return plan.tasks_of(role)[0]
+    if len(plan.tasks_of(Role(role))) == 1:
+        return plan.tasks_of(Role(role))[0]
     raise TaskIdentityError("role %s has several tasks but no array index is set (%s)"
                             % (role, ", ".join(v for v, _ in _ARRAY_VARIABLES)))

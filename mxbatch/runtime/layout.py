@@ -1,0 +1,121 @@
+"""``RunLayout``: the one owner of every path inside a job's run directory.
+
+``<rendezvous.dir>/<job-id>/`` holds:
+
+- ``plan.json``: the ``RunPlan`` every task reads;
+- ``runtime.pyz``: this package as a zipapp;
+- ``pyhook/sitecustomize.py``: the exception hook put on every role's PYTHONPATH;
+- ``scheduler.json``: the ``SchedulerRecord``; ``abort.json``: the ``AbortRecord``;
+- ``tasks/<role>-<rank>.json``: one ``TaskRecord`` per task;
+- ``logs/<role>-<rank>.log``: the role's stdout and stderr plus supervisor notes;
+  ``logs/<role>-<rank>.out``: the supervisor's own output; ``logs/manager.log``;
+  ``logs/<prefix>-<role>.<index>.out``: a batch system's output of one array task;
+- ``jobs/<name>.sh``: batch job scripts; ``<backend>/``: a backend's own files.
+
+Nothing else spells these names: the CLI, the backends and the runtime all ask a
+``RunLayout``. Paths are ``str`` (the runtime runs on Python 3.8 nodes).
+"""
+
+import os
+
+PLAN = "plan.json"
+RUNTIME = "runtime.pyz"
+SCHEDULER = "scheduler.json"
+ABORT = "abort.json"
+TASKS = "tasks"
+LOGS = "logs"
+PYHOOK = "pyhook"
+JOBS = "jobs"
+
+
+def task_name(role: str, rank: int) -> str:
+    """The file-name form of a task, ``worker-1``."""
+    return "%s-%d" % (role, rank)
+
+
+def task_log_name(role: str, rank: int) -> str:
+    """The name of a task's log file, ``worker-1.log`` (in ``logs/``, or in a YARN
+    container's log directory)."""
+    return task_name(role, rank) + ".log"
+
+
+class RunLayout:
+    """The paths of one run directory (``root``); computing them touches nothing."""
+
+    def __init__(self, root: str) -> None:
+        self.root = str(root)
+
+    def __repr__(self) -> str:
+        return "RunLayout(%r)" % self.root
+
+    def _path(self, *parts: str) -> str:
+        return os.path.join(self.root, *parts)
+
+    @property
+    def plan(self) -> str:
+        return self._path(PLAN)
+
+    @property
+    def runtime(self) -> str:
+        return self._path(RUNTIME)
+
+    @property
+    def pyhook_dir(self) -> str:
+        return self._path(PYHOOK)
+
+    @property
+    def scheduler(self) -> str:
+        return self._path(SCHEDULER)
+
+    @property
+    def abort(self) -> str:
+        return self._path(ABORT)
+
+    @property
+    def tasks_dir(self) -> str:
+        return self._path(TASKS)
+
+    def task_record(self, role: str, rank: int) -> str:
+        return self._path(TASKS, task_name(role, rank) + ".json")
+
+    @property
+    def logs_dir(self) -> str:
+        return self._path(LOGS)
+
+    def task_log(self, role: str, rank: int) -> str:
+        """The role's stdout and stderr, and the supervisor's notes."""
+        return self._path(LOGS, task_log_name(role, rank))
+
+    def supervisor_log(self, role: str, rank: int) -> str:
+        """What a supervisor itself prints (a crash of the supervisor shows here)."""
+        return self._path(LOGS, task_name(role, rank) + ".out")
+
+    @property
+    def manager_log(self) -> str:
+        return self._path(LOGS, "manager.log")
+
+    def batch_output(self, prefix: str, role: str, index_placeholder: str) -> str:
+        """A batch system's output file of one array task of ``role``, with the
+        system's own placeholder for the array index (``$TASK_ID``, ``%a``...)."""
+        return self._path(LOGS, "%s-%s.%s.out" % (prefix, role, index_placeholder))
+
+    def batch_output_single(self, prefix: str, name: str) -> str:
+        """A batch system's output file of a job that is no array (``slurm-het.out``)."""
+        return self._path(LOGS, "%s-%s.out" % (prefix, name))
+
+    @property
+    def jobs_dir(self) -> str:
+        return self._path(JOBS)
+
+    def job_script(self, name: str) -> str:
+        return self._path(JOBS, name + ".sh")
+
+    def backend_dir(self, backend: str) -> str:
+        """A directory of the backend's own files (``yarn/``)."""
+        return self._path(backend)
+
+    def backend_file(self, backend: str, name: str) -> str:
+        return self._path(backend, name)
+
+    #: the directories ``create`` makes (mode 0700)
+    SUBDIRS = (TASKS, LOGS, PYHOOK)
