@@ -15,10 +15,12 @@ from . import __version__, jobs, records
 from . import spec as specs
 from .errors import ExitCode, MxbatchError, SpecError
 from .follow import LogTail, follow
+from .runtime.roles import Role
+from .schema import DEFAULT_BACKEND
 from .status import JobState, JobStatus
 
-_BACKEND = click.option("--backend", "-b", default=specs.DEFAULT_BACKEND, show_default=True,
-                        help="Where to run: local, sge, slurm, yarn.")
+_BACKEND = click.option("--backend", "-b", default=DEFAULT_BACKEND, show_default=True,
+                        help="Where to run: local, sge, slurm, yarn, or a plugin's name.")
 _WORKERS = click.option("-n", "--workers", type=int, default=None,
                         help="Number of workers (overrides the spec).")
 _SERVERS = click.option("-s", "--servers", type=int, default=None,
@@ -104,8 +106,8 @@ def _parse_env(pairs: Sequence[str]) -> dict:
 
 def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Optional[int],
                              servers: Optional[int], wait: bool, quiet: bool) -> None:
-    backend, submission = jobs.prepare(spec, backend_name, workers=workers, servers=servers)
-    record = jobs.submit(backend, submission)
+    backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers)
+    record = jobs.submit(backend, request)
     click.echo(record.job_id)
     _err(f"mxbatch: submitted {record.job_id} to {record.backend}; "
          f"run directory {record.run_dir}")
@@ -146,18 +148,43 @@ def _report(status: JobStatus, elapsed: float) -> None:
     _err(message)
 
 
-@main.command()
+class _RenderCommand(click.Command):
+    """``render --help`` ends with every backend's ``backends.<name>:`` options."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from .backends import registry
+        from .typed import describe_fields
+
+        for name in registry.names():
+            try:
+                fields = describe_fields(registry.backend_class(name).options_class)
+            except MxbatchError:
+                continue
+            if not fields:
+                continue
+            formatter.write_paragraph()
+            formatter.write_text(f"backends.{name}:")
+            with formatter.indentation():
+                formatter.write_dl([(f"{f.name} ({f.type}, default {f.default!r})", f.help)
+                                    for f in fields])
+
+
+@main.command(cls=_RenderCommand)
 @click.argument("spec_file", type=click.Path(dir_okay=False, path_type=Path))
 @_BACKEND
 @_WORKERS
 @_SERVERS
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def render(spec_file: Path, backend: str, workers: Optional[int],
-           servers: Optional[int]) -> None:
+           servers: Optional[int], as_json: bool) -> None:
     """Print exactly what submit would run (per-task argv and env, job scripts)."""
     spec = specs.load(spec_file)
-    _, submission = jobs.prepare(spec, backend, workers=workers, servers=servers,
-                                 for_submit=False)
-    click.echo(submission.describe(), nl=False)
+    _, request = jobs.prepare(spec, backend, workers=workers, servers=servers,
+                              for_submit=False)
+    if as_json:
+        click.echo(json.dumps(request.to_dict(), indent=2))
+    else:
+        click.echo(request.describe(), nl=False)
 
 
 # ------------------------------------------------------------------------ inspecting
@@ -191,7 +218,7 @@ def status(job_id: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("job_id")
-@click.option("--role", type=click.Choice(["scheduler", "server", "worker"]), default=None)
+@click.option("--role", type=click.Choice([r.value for r in Role]), default=None)
 @click.option("--rank", type=int, default=None)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the job ends.")
 def logs(job_id: str, role: Optional[str], rank: Optional[int], follow: bool) -> None:
@@ -199,14 +226,14 @@ def logs(job_id: str, role: Optional[str], rank: Optional[int], follow: bool) ->
     record = records.load(job_id)
     backend = jobs.backend_for_record(record)
     if role is not None and not follow:
-        for line in backend.logs(record, role, rank or 0):
+        for line in backend.logs(record, Role(role), rank or 0):
             click.echo(line, nl=False)
         return
     plan_tasks = [t for t in _plan_tasks(record)
                   if (role is None or t.role == role) and (rank is None or t.rank == rank)]
     width = max([len(t.label) for t in plan_tasks] or [1])
-    tails = [LogTail(record.run_path / "logs" / f"{t.name}.log", f"{t.label:<{width}} | ",
-                     backend.log_reader(record, t.role, t.rank))
+    tails = [LogTail(Path(record.layout.task_log(t.role.value, t.rank)),
+                     f"{t.label:<{width}} | ", backend.log_reader(record, t.role, t.rank))
              for t in plan_tasks]
     while True:
         done = not follow or backend.status(record).terminal

@@ -69,7 +69,7 @@ def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
     if stream_logs:
         width = max(len(t.label) for t in plan.tasks)
         for task in plan.tasks:
-            tails[task.label] = LogTail(Path(record.run_dir) / "logs" / f"{task.name}.log",
+            tails[task.label] = LogTail(Path(record.layout.task_log(task.role.value, task.rank)),
                                         f"{task.label:<{width}} | ",
                                         backend.log_reader(record, task.role, task.rank))
     give_up = None if timeout is None else time.time() + timeout

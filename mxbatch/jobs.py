@@ -10,26 +10,26 @@ from typing import Optional, Tuple
 
 from . import plan as planning
 from . import records, rundir
-from .backends import backend_class
-from .backends.base import Backend, Submission
-from .spec import JobSpec, parse_options, with_counts
+from .backends.base import Backend, Request
+from .backends.registry import backend_class
+from .schema import JobSpec
+from .spec import with_counts
 
 
 def backend_for_spec(spec: JobSpec, name: str) -> Backend:
-    """The backend ``name`` configured from the spec's ``backends.<name>`` block."""
-    cls = backend_class(name)
-    options_type = cls.options_type()
-    options = parse_options(spec, name, options_type) if options_type else None
-    return cls(options)
+    """The backend ``name`` configured from the spec's ``backends.<name>`` block
+    (its defaults when the spec has none)."""
+    return backend_class(name)(spec.backend_options.get(name))
 
 
 def backend_for_record(record: records.JobRecord) -> Backend:
-    return backend_class(record.backend)()
+    """The backend of a submitted job, with the options it was submitted with."""
+    return backend_class(record.backend).from_record(record)
 
 
 def prepare(spec: JobSpec, backend_name: str, *, workers: Optional[int] = None,
             servers: Optional[int] = None, for_submit: bool = True
-            ) -> Tuple[Backend, Submission]:
+            ) -> Tuple[Backend, Request]:
     """Validate everything and render the submission; creates nothing.
     ``for_submit``: also check that the backend is usable and the run directory creatable."""
     spec = with_counts(spec, workers=workers, servers=servers)
@@ -43,8 +43,8 @@ def prepare(spec: JobSpec, backend_name: str, *, workers: Optional[int] = None,
     return backend, backend.render(job_plan)
 
 
-def submit(backend: Backend, submission: Submission) -> records.JobRecord:
-    """Execute the submission and save its record."""
-    record = backend.submit(submission)
+def submit(backend: Backend, request: Request) -> records.JobRecord:
+    """Execute the request and save its record."""
+    record = backend.submit(request)
     records.save(record)
     return record

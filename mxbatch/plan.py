@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from .runtime.planfile import RunPlan, TaskInfo
-from .spec import JobSpec, Role, RoleSpec
+from .runtime.roles import Role
+from .schema import JobSpec, RoleSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +38,7 @@ class JobPlan:
         return Path(self.run.run_dir)
 
     def tasks_of(self, role: Role) -> List[TaskInfo]:
-        return self.run.tasks_of(role.value)
+        return self.run.tasks_of(role)
 
 
 def new_job_id(name: str) -> str:
@@ -71,6 +72,7 @@ def make(spec: JobSpec, backend: str, *, job_id: Optional[str] = None,
         grace_s=spec.rendezvous.grace_s,
         heartbeat_timeout_s=spec.rendezvous.heartbeat_timeout_s,
         submit_path=os.environ.get("PATH") if spec.inherit_env else None,
+        core_dumps=spec.core_dumps,
         tasks=tasks,
     )
     return JobPlan(spec=spec, backend=backend, run=run)
@@ -93,7 +95,7 @@ def _task(spec: JobSpec, role_spec: RoleSpec, rank: int, index: int, job_id: str
     if spec.network.interface:
         env["DMLC_INTERFACE"] = spec.network.interface
     resources = role_spec.resources
-    return TaskInfo(index=index, role=role_spec.role.value, rank=rank,
+    return TaskInfo(index=index, role=role_spec.role, rank=rank,
                     argv=list(role_spec.command), env=env, cpus=resources.cpus,
                     memory_mib=resources.memory_mib, gpus=resources.gpus,
                     walltime_s=resources.walltime_s)

@@ -2,7 +2,9 @@
 
 Records live in ``$MXBATCH_HOME/jobs/<job-id>.json`` (default ``~/.mxbatch``),
 created with mode 0700 and written atomically, so a later CLI process (without
-the submitter's memory) can find the job's run directory and native ids.
+the submitter's memory) can rebuild the same backend: the record keeps the
+backend's options as submitted and its typed handle (native ids), both as plain
+data that the backend's own dataclasses read back.
 """
 
 from __future__ import annotations
@@ -15,6 +17,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .errors import JobNotFound
+from .runtime.layout import RunLayout
+from .typed import ConversionError, from_data, to_data
+
+#: the version of the record format written by this mxbatch
+RECORD_VERSION = 1
 
 
 def mxbatch_home() -> Path:
@@ -22,20 +29,38 @@ def mxbatch_home() -> Path:
     return Path(os.environ.get("MXBATCH_HOME") or Path.home() / ".mxbatch").expanduser()
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class JobRecord:
-    """What ``submit`` did. ``native`` holds backend-specific ids (pids, job ids...)."""
+    """What ``submit`` did. ``handle``: the backend's handle (native ids) as plain data;
+    ``options``: the backend options it was submitted with, as plain data."""
 
     job_id: str
     backend: str
     run_dir: str
     submitted_at: float = dataclasses.field(default_factory=time.time)
     spec_path: Optional[str] = None
-    native: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    handle: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    options: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    version: int = RECORD_VERSION
 
     @property
     def run_path(self) -> Path:
         return Path(self.run_dir)
+
+    @property
+    def layout(self) -> RunLayout:
+        return RunLayout(self.run_dir)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return to_data(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "JobRecord":
+        """Tolerant of keys a newer mxbatch may add; version 0 kept the handle as
+        ``native``."""
+        if isinstance(data, dict) and "native" in data and "handle" not in data:
+            data = dict(data, handle=data["native"], version=0)
+        return from_data(cls, data, strict=False)
 
 
 def _jobs_dir() -> Path:
@@ -48,21 +73,22 @@ def save(record: JobRecord) -> Path:
     """Write ``record`` atomically; returns its path."""
     path = _jobs_dir() / f"{record.job_id}.json"
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(dataclasses.asdict(record), indent=2, sort_keys=True))
+    tmp.write_text(json.dumps(record.to_dict(), indent=2, sort_keys=True))
     os.replace(tmp, path)
     return path
 
 
 def load(job_id: str) -> JobRecord:
-    """The record of ``job_id``, or ``JobNotFound`` listing how to find ids."""
+    """The record of ``job_id``, or ``JobNotFound`` saying how to find ids."""
     path = _jobs_dir() / f"{job_id}.json"
     try:
-        data = json.loads(path.read_text())
+        return JobRecord.from_dict(json.loads(path.read_text()))
     except FileNotFoundError:
         raise JobNotFound(f"no job {job_id!r} in {path.parent} (see `mxbatch list`)") from None
     except (OSError, ValueError) as exc:
-        raise JobNotFound(f"cannot read the record of job {job_id!r} at {path}: {exc}") from None
-    return JobRecord(**data)
+        where = f" at {'.'.join(map(str, exc.path))}" if isinstance(exc, ConversionError) else ""
+        raise JobNotFound(f"cannot read the record of job {job_id!r} at {path}{where}: "
+                          f"{exc}") from None
 
 
 def all_records() -> List[JobRecord]:
@@ -70,7 +96,7 @@ def all_records() -> List[JobRecord]:
     records = []
     for path in _jobs_dir().glob("*.json"):
         try:
-            records.append(JobRecord(**json.loads(path.read_text())))
-        except (OSError, ValueError, TypeError):
+            records.append(JobRecord.from_dict(json.loads(path.read_text())))
+        except (OSError, ValueError):
             continue
     return sorted(records, key=lambda r: r.submitted_at, reverse=True)

@@ -1,8 +1,9 @@
-"""The run directory of a job: created once, never reused.
+"""The run directory of a job: created once, never reused (layout: ``RunLayout``).
 
-``<rendezvous.dir>/<job-id>/`` (mode 0700) holds ``plan.json``, ``runtime.pyz``,
-``tasks/``, ``logs/`` and ``pyhook/``. ``check_writable`` runs before anything
-is created so a bad ``rendezvous.dir`` fails with nothing half-done.
+``check_writable`` runs before anything is created so a bad ``rendezvous.dir``
+fails with nothing half-done; ``create`` makes the directory (mode 0700) with
+``plan.json``, ``runtime.pyz``, the exception hook and empty ``tasks/`` and
+``logs/``.
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ from . import bundle
 from .errors import SpecError
 from .plan import JobPlan
 from .runtime import pyhook
-from .runtime.rendezvous import FileRendezvous
-
-SUBDIRS = ("tasks", "logs", "pyhook")
+from .runtime.layout import RunLayout
 
 
 def check_writable(plan: JobPlan) -> None:
@@ -35,18 +34,14 @@ def check_writable(plan: JobPlan) -> None:
         raise SpecError(f"run directory {plan.run_dir} already exists (job ids are never reused)")
 
 
-def create(plan: JobPlan) -> Path:
-    """Create and fill the run directory of ``plan``; returns it."""
+def create(plan: JobPlan) -> RunLayout:
+    """Create and fill the run directory of ``plan``; returns its layout."""
     check_writable(plan)
-    run_dir = plan.run_dir
-    run_dir.mkdir(mode=0o700)
-    for name in SUBDIRS:
-        (run_dir / name).mkdir(mode=0o700)
-    (run_dir / "plan.json").write_text(plan.run.to_json())
-    bundle.write_runtime(run_dir / "runtime.pyz")
-    pyhook.install(str(run_dir / "pyhook"))
-    return run_dir
-
-
-def rendezvous(run_dir: Path) -> FileRendezvous:
-    return FileRendezvous(str(run_dir))
+    layout = plan.run.layout
+    os.mkdir(layout.root, mode=0o700)
+    for name in RunLayout.SUBDIRS:
+        os.mkdir(os.path.join(layout.root, name), mode=0o700)
+    Path(layout.plan).write_text(plan.run.to_json())
+    bundle.write_runtime(Path(layout.runtime))
+    pyhook.install(layout.pyhook_dir)
+    return layout

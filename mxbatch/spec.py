@@ -1,117 +1,41 @@
-"""The job spec: YAML -> frozen dataclasses, validated, with defaults.
+"""Parsing the job spec: YAML -> the validated dataclasses of ``schema``.
 
 ``load(path)`` and ``from_mapping(data, ...)`` return a ``JobSpec`` or raise a
 ``SpecError`` naming the file, the line and the key (with a "did you mean"
-hint for typos). Relative paths resolve against the spec file's folder.
-Nothing here touches a cluster; the only I/O is reading the spec file and
-checking that ``workdir`` exists.
+hint for typos). Relative paths resolve against the spec file's folder. Each
+``backends.<name>`` block is checked by that backend's options dataclass (built
+in or a plugin's), by the fields' real types (``typed``). Nothing here touches
+a cluster; the only I/O is reading the spec file and checking that ``workdir``
+exists.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import enum
 import re
 import shlex
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
+from .backends import registry
 from .errors import SpecError
 from .located import KeyPath, Locations, load_located
-from .records import mxbatch_home
+from .runtime.roles import Role
+from .schema import (
+    ContainerRuntime,
+    ContainerSpec,
+    JobSpec,
+    NetworkSpec,
+    RendezvousSpec,
+    Resources,
+    RoleSpec,
+    default_runs_dir,
+)
+from .typed import ConversionError, from_data, kind_of
 from .units import parse_duration, parse_port_range, parse_size_mib
 
 T = TypeVar("T")
-
-KNOWN_BACKENDS: Tuple[str, ...] = ("local", "sge", "slurm", "yarn")
-CONTAINER_RUNTIMES: Tuple[str, ...] = ("docker", "podman", "apptainer")
-DEFAULT_BACKEND = "local"
-
-
-class Role(str, enum.Enum):
-    """The three ps-lite roles, in task order (the scheduler is always task 0)."""
-
-    SCHEDULER = "scheduler"
-    SERVER = "server"
-    WORKER = "worker"
-
-
-@dataclasses.dataclass(frozen=True)
-class Resources:
-    """What one task of a role asks for. ``None`` means "the backend's default"."""
-
-    cpus: int = 1
-    memory_mib: Optional[int] = None
-    gpus: int = 0
-    walltime_s: Optional[float] = None
-
-
-@dataclasses.dataclass(frozen=True)
-class RoleSpec:
-    role: Role
-    count: int
-    command: Tuple[str, ...]
-    resources: Resources
-    env: Mapping[str, str]
-
-
-@dataclasses.dataclass(frozen=True)
-class NetworkSpec:
-    interface: Optional[str] = None
-    port_low: int = 9000
-    port_high: int = 9999
-
-
-@dataclasses.dataclass(frozen=True)
-class RendezvousSpec:
-    dir: Path
-    startup_timeout_s: float = 600.0
-    grace_s: float = 30.0
-    heartbeat_timeout_s: float = 30.0
-
-
-@dataclasses.dataclass(frozen=True)
-class ContainerSpec:
-    """``container:``: run every role in this image. Which runtimes a backend can use
-    is its own business (it rejects the others); ``mounts`` are ``host:container[:ro|rw]``,
-    ``options`` are passed to the runtime as the backend documents."""
-
-    runtime: str
-    image: str
-    mounts: Tuple[str, ...] = ()
-    options: Tuple[str, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class JobSpec:
-    """A validated job. ``locations`` lets later checks cite file:line for a key."""
-
-    name: str
-    workdir: Path
-    env: Mapping[str, str]
-    inherit_env: bool
-    roles: Mapping[Role, RoleSpec]
-    network: NetworkSpec
-    rendezvous: RendezvousSpec
-    backends: Mapping[str, Mapping[str, Any]]
-    source: Optional[Path] = None
-    container: Optional[ContainerSpec] = None
-    locations: Locations = dataclasses.field(
-        default_factory=lambda: Locations(None), compare=False, repr=False)
-
-    def role(self, role: Role) -> RoleSpec:
-        return self.roles[role]
-
-    def error(self, key_path: KeyPath, problem: str, hint: Optional[str] = None) -> SpecError:
-        """A ``SpecError`` at ``key_path`` of this spec's file (for later checks)."""
-        return self.locations.error(key_path, problem, hint)
-
-
-def default_runs_dir() -> Path:
-    """``$MXBATCH_HOME/runs`` (``~/.mxbatch/runs``): shared storage on most clusters."""
-    return mxbatch_home() / "runs"
-
 
 def load(path: Path) -> JobSpec:
     """Read and validate the spec file at ``path``."""
@@ -137,7 +61,7 @@ def from_mapping(data: Any, *, base_dir: Path, default_name: str = "job",
     locations = locations or Locations(source)
     root = _Section(data, (), locations, "the job spec")
     root.expect(("name", "command", "workdir", "env", "inherit_env", "resources", "roles",
-                 "network", "rendezvous", "container", "backends"))
+                 "network", "rendezvous", "container", "backends", "core_dumps"))
     name = root.take("name", _name, default=_safe_name(default_name))
     command = root.take("command", _command, default=None)
     workdir = root.take("workdir", _path_in(base_dir), default=base_dir)
@@ -151,13 +75,16 @@ def from_mapping(data: Any, *, base_dir: Path, default_name: str = "job",
     rendezvous = root.take("rendezvous", lambda v, p: _rendezvous(v, p, locations, base_dir),
                            default=None) or RendezvousSpec(dir=default_runs_dir())
     container = root.take("container", lambda v, p: _container(v, p, locations), default=None)
-    backends = root.take("backends", lambda v, p: _backends(v, p, locations), default={})
+    backend_options = root.take("backends", lambda v, p: _backends(v, p, locations),
+                                default={})
+    core_dumps = root.take("core_dumps", _bool, default=False)
     root.finish()
     if not workdir.is_dir():
         raise locations.error(("workdir",), f"no such directory: {workdir}")
     return JobSpec(name=name, workdir=workdir, env=env, inherit_env=inherit_env, roles=roles,
-                   network=network, rendezvous=rendezvous, backends=backends, source=source,
-                   container=container, locations=locations)
+                   network=network, rendezvous=rendezvous, backend_options=backend_options,
+                   source=source, container=container, core_dumps=core_dumps,
+                   locations=locations)
 
 
 def with_counts(spec: JobSpec, workers: Optional[int] = None,
@@ -184,7 +111,7 @@ class _Section:
         if data is None:
             data = {}
         if not isinstance(data, dict):
-            raise locations.error(key_path, f"{what} must be a mapping, got {_kind(data)}")
+            raise locations.error(key_path, f"{what} must be a mapping, got {kind_of(data)}")
         self.data = data
         self.key_path = key_path
         self.locations = locations
@@ -221,12 +148,6 @@ class _Section:
                 raise self.locations.error(self.key_path + (key,), "unknown key", hint)
 
 
-def _kind(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
-            int: "an integer", float: "a number", type(None): "nothing"}.get(
-        type(value), type(value).__name__)
-
-
 def _name(value: Any, _: KeyPath) -> str:
     if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", value):
         raise ValueError("a job name is 1-63 letters, digits, '_', '.', '-' "
@@ -249,7 +170,7 @@ def _command(value: Any, _: KeyPath) -> Tuple[str, ...]:
                                          not isinstance(a, bool) for a in value):
         argv = [str(a) for a in value]
     else:
-        raise ValueError(f"a command is a string or a list of strings, got {_kind(value)}")
+        raise ValueError(f"a command is a string or a list of strings, got {kind_of(value)}")
     if not argv or not argv[0]:
         raise ValueError("the command is empty")
     return tuple(argv)
@@ -264,7 +185,7 @@ def _bool(value: Any, _: KeyPath) -> bool:
 def _int(minimum: int) -> Callable[[Any, KeyPath], int]:
     def parse(value: Any, _: KeyPath) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"expected a whole number, got {_kind(value)} {value!r}")
+            raise ValueError(f"expected a whole number, got {kind_of(value)} {value!r}")
         if value < minimum:
             raise ValueError(f"must be at least {minimum}, got {value}")
         return value
@@ -274,20 +195,20 @@ def _int(minimum: int) -> Callable[[Any, KeyPath], int]:
 def _path_in(base_dir: Path) -> Callable[[Any, KeyPath], Path]:
     def parse(value: Any, _: KeyPath) -> Path:
         if not isinstance(value, str) or not value:
-            raise ValueError(f"expected a path, got {_kind(value)}")
+            raise ValueError(f"expected a path, got {kind_of(value)}")
         return (base_dir / Path(value).expanduser()).resolve()
     return parse
 
 
 def _env(value: Any, key_path: KeyPath) -> Dict[str, str]:
     if not isinstance(value, dict):
-        raise ValueError(f"env must be a mapping of NAME: value, got {_kind(value)}")
+        raise ValueError(f"env must be a mapping of NAME: value, got {kind_of(value)}")
     env = {}
     for name, item in value.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise ValueError(f"{name!r} is not a valid environment variable name")
         if isinstance(item, (dict, list)) or item is None:
-            raise ValueError(f"{name}: expected a string or number, got {_kind(item)}")
+            raise ValueError(f"{name}: expected a string or number, got {kind_of(item)}")
         env[name] = str(item).lower() if isinstance(item, bool) else str(item)
     return env
 
@@ -378,19 +299,20 @@ def _rendezvous(value: Any, key_path: KeyPath, locations: Locations,
 def _container(value: Any, key_path: KeyPath, locations: Locations) -> ContainerSpec:
     section = _Section(value, key_path, locations, "container")
 
-    def runtime(v: Any, _: KeyPath) -> str:
-        if v not in CONTAINER_RUNTIMES:
-            raise ValueError(f"expected one of {', '.join(CONTAINER_RUNTIMES)}, got {v!r}")
-        return v
+    def runtime(v: Any, _: KeyPath) -> ContainerRuntime:
+        choices = [r.value for r in ContainerRuntime]
+        if v not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {v!r}")
+        return ContainerRuntime(v)
 
     def image(v: Any, _: KeyPath) -> str:
         if not isinstance(v, str) or not v.strip():
-            raise ValueError(f"expected an image name, got {_kind(v)}")
+            raise ValueError(f"expected an image name, got {kind_of(v)}")
         return v
 
     def strings(v: Any, _: KeyPath) -> Tuple[str, ...]:
         if not isinstance(v, list) or not all(isinstance(i, str) and i for i in v):
-            raise ValueError(f"expected a list of strings, got {_kind(v)}")
+            raise ValueError(f"expected a list of strings, got {kind_of(v)}")
         return tuple(v)
 
     def mounts(v: Any, p: KeyPath) -> Tuple[str, ...]:
@@ -401,7 +323,7 @@ def _container(value: Any, key_path: KeyPath, locations: Locations) -> Container
                 raise ValueError(f"a mount is host-path:container-path[:ro|rw], got {mount!r}")
         return tuple(v)
 
-    result = ContainerSpec(runtime=section.take("runtime", runtime, "docker"),
+    result = ContainerSpec(runtime=section.take("runtime", runtime, ContainerRuntime.DOCKER),
                            image=section.take("image", image, ""),
                            mounts=section.take("mounts", mounts, ()),
                            options=section.take("options", strings, ()))
@@ -411,75 +333,30 @@ def _container(value: Any, key_path: KeyPath, locations: Locations) -> Container
     return result
 
 
-def _backends(value: Any, key_path: KeyPath, locations: Locations) -> Dict[str, Dict[str, Any]]:
+def _backends(value: Any, key_path: KeyPath, locations: Locations) -> Dict[str, Any]:
+    """Each ``backends.<name>`` block as that backend's options dataclass."""
     if not isinstance(value, dict):
         raise ValueError(f"backends must be a mapping of backend name to options, "
-                         f"got {_kind(value)}")
+                         f"got {kind_of(value)}")
+    known = registry.names()
     result = {}
     for name, raw_options in value.items():
-        if name not in KNOWN_BACKENDS:
-            close = difflib.get_close_matches(name, KNOWN_BACKENDS, n=1, cutoff=0.5)
+        if name not in known:
+            close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.5)
             raise locations.error(key_path + (name,), "unknown backend",
                                   f"did you mean {close[0]!r}?" if close else
-                                  "known backends: " + ", ".join(KNOWN_BACKENDS))
-        options = {} if raw_options is None else raw_options
-        if not isinstance(options, dict):
-            raise locations.error(key_path + (name,),
-                                  f"backend options must be a mapping, got {_kind(options)}")
-        result[name] = options
+                                  "known backends: " + ", ".join(known))
+        result[name] = parse_options(registry.backend_class(name).options_class,
+                                     {} if raw_options is None else raw_options,
+                                     key_path + (name,), locations)
     return result
 
 
-# ------------------------------------------------------------------ backend options
-
-
-OptionsT = TypeVar("OptionsT")
-
-
-def parse_options(spec: JobSpec, backend: str, options_type: Callable[..., OptionsT]) -> OptionsT:
-    """The ``backends.<backend>`` block of ``spec`` as an ``options_type`` dataclass.
-
-    Field types drive validation (int, float, bool, str, Optional[...], list of str);
-    unknown keys fail with a "did you mean" hint, like everywhere else in the spec.
-    """
-    raw = spec.backends.get(backend, {})
-    key_path: KeyPath = ("backends", backend)
-    section = _Section(raw, key_path, spec.locations, f"backends.{backend}")
-    values = {}
-    for field in dataclasses.fields(options_type):  # type: ignore[arg-type]
-        parse = _field_parser(field.type)
-        if field.name in raw and raw[field.name] is not None:
-            values[field.name] = section.take(field.name, parse, None)
-        else:
-            section.known.append(field.name)
-    section.finish()
-    return options_type(**values)
-
-
-def _field_parser(annotation: Any) -> Callable[[Any, KeyPath], Any]:
-    text = str(annotation)
-    if "List" in text or "Tuple" in text or "Sequence" in text:
-        def parse_list(value: Any, _: KeyPath) -> Tuple[str, ...]:
-            if isinstance(value, str):
-                return tuple(shlex.split(value))
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise ValueError(f"expected a list of strings, got {_kind(value)}")
-            return tuple(value)
-        return parse_list
-    if "bool" in text:
-        return _bool
-    if "int" in text:
-        return _int(0)
-    if "float" in text:
-        return lambda v, _: parse_duration(v)
-
-    def parse_str(value: Any, _: KeyPath) -> str:
-        if isinstance(value, (dict, list, bool)):
-            raise ValueError(f"expected a string, got {_kind(value)}")
-        return str(value)
-    return parse_str
-
-
-def command_text(argv: Sequence[str]) -> str:
-    """A shell-quoted rendering of ``argv`` for display only."""
-    return " ".join(shlex.quote(a) for a in argv)
+def parse_options(options_class: Callable[..., T], data: Any, key_path: KeyPath,
+                  locations: Locations) -> T:
+    """``data`` (one ``backends.<name>`` block) as ``options_class``, by its fields' types;
+    a ``SpecError`` at the offending key otherwise."""
+    try:
+        return from_data(options_class, data)  # type: ignore[arg-type]
+    except ConversionError as exc:
+        raise locations.error(key_path + exc.path, exc.problem, exc.hint) from None

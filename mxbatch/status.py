@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional
 
 from .runtime.peers import workers_succeeded
 from .runtime.planfile import RunPlan
+from .runtime.rendezvous import TaskKey
+from .runtime.roles import Role
 from .runtime.states import AbortKind, AbortRecord, TaskRecord, TaskState
-
-TaskKey = Tuple[str, int]
+from .typed import to_data
 
 
 class NativeState(str, enum.Enum):
@@ -37,7 +38,7 @@ class JobState(str, enum.Enum):
 
 @dataclasses.dataclass
 class TaskStatus:
-    role: str
+    role: Role
     rank: int
     state: TaskState
     host: str = ""
@@ -50,7 +51,7 @@ class TaskStatus:
 
     @property
     def label(self) -> str:
-        return f"{self.role}[{self.rank}]"
+        return f"{self.role.value}[{self.rank}]"
 
 
 @dataclasses.dataclass
@@ -64,11 +65,7 @@ class JobStatus:
     terminal: bool = False
 
     def to_dict(self) -> Dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["state"] = self.state.value
-        for task in data["tasks"]:
-            task["state"] = task["state"].value
-        return data
+        return to_data(self)
 
 
 def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
@@ -106,7 +103,7 @@ def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
     return status
 
 
-def _task_status(role: str, rank: int, record: Optional[TaskRecord], native: NativeState,
+def _task_status(role: Role, rank: int, record: Optional[TaskRecord], native: NativeState,
                  abort: Optional[AbortRecord], native_id: Optional[str]) -> TaskStatus:
     if record is None:
         record = TaskRecord(role=role, rank=rank, state=TaskState.PENDING)

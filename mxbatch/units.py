@@ -6,6 +6,7 @@ it into a ``SpecError`` that names the file, line and key.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Tuple, Union
 
@@ -35,8 +36,9 @@ def parse_duration(value: Union[str, int, float]) -> float:
                 raise ValueError(
                     f"expected a duration like 30s, 10m, 1h30m or HH:MM:SS, got {value!r}")
             seconds = sum(float(n) * _SECONDS[u.lower()] for n, u in parts)
-    if seconds <= 0:
-        raise ValueError(f"a duration must be positive, got {value!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"a duration must be a positive, finite number of seconds, "
+                         f"got {value!r}")
     return seconds
 
 
@@ -57,8 +59,8 @@ def parse_size_mib(value: Union[str, int, float]) -> int:
         if not match:
             raise ValueError(f"expected a size like 512M or 2G, got {value!r}")
         mib = float(match.group(1)) * _MIB[match.group(2).upper()]
-    if mib <= 0:
-        raise ValueError(f"a size must be positive, got {value!r}")
+    if not math.isfinite(mib) or mib <= 0:
+        raise ValueError(f"a size must be positive and finite, got {value!r}")
     return max(1, int(-(-mib // 1)))
 
 

@@ -1,27 +1,64 @@
-"""The Backend interface every launcher implements, and the printable ``Submission``.
+"""The contract every backend implements, and the steps they share, written once.
 
-``render`` is pure (no I/O, no cluster probing): ``mxbatch render`` prints its
-result. ``submit`` executes exactly that and returns a ``JobRecord``.
-``cancel`` is idempotent and leaves nothing queued or running.
+A backend is generic over three dataclasses (like torchx's ``Scheduler`` over its
+request and handle):
+
+- its **options** (``options_class``): the spec's ``backends.<name>:`` block,
+  parsed by the fields' types; kept in the job record as submitted;
+- its **request** (``render``'s result): everything ``submit`` will do (job
+  scripts, argv lists, a skein specification), decided up front, pure, printable
+  by ``mxbatch render`` and ``render --json``;
+- its **handle** (``launch``'s result): the native ids ``status`` and ``cancel``
+  need later, in another process; kept in the job record.
+
+Template methods (here, once): ``submit`` creates the run directory, lets the
+backend write its files and launch, rolls everything back if any step fails
+(the ``Rollback`` undo steps the backend registered, then the run directory),
+and builds the job record; ``cancel`` writes the abort record, lets the backend
+wait for the supervisors to stop their roles, then remove whatever is left. A
+backend supplies only its native steps: ``render``, ``launch``, ``status``,
+``await_stopped``, ``remove``.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import shutil
+import sys
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Dict, Iterator, List, Optional, Tuple
+from typing import (
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    Generic,
+    Iterator,
+    List,
+    Optional,
+    Tuple,
+    TypeVar,
+)
 
+from .. import rundir
+from ..errors import MxbatchError
 from ..plan import JobPlan
+from ..quoting import env_assignments, shell_words
 from ..records import JobRecord
+from ..runtime.layout import RunLayout
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import FileRendezvous, Rendezvous
-from ..spec import JobSpec
+from ..runtime.roles import Role
+from ..runtime.states import AbortKind, AbortRecord
+from ..schema import ContainerRuntime, JobSpec
 from ..status import JobStatus
+from ..typed import from_data, to_data
 
 #: reads one task's log from a byte offset: ``reader(offset, final)`` -> the bytes
 #: from there on (None: nothing yet); ``final`` asks for a last, complete read
 LogReader = Callable[[int, bool], Optional[bytes]]
+#: the version of ``render --json`` output
+REQUEST_SCHEMA = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,67 +70,132 @@ class RenderedItem:
 
 
 @dataclasses.dataclass(frozen=True)
-class Submission:
-    """Everything ``submit`` will do, decided up front by ``render``."""
+class NoOptions:
+    """A backend without a ``backends.<name>:`` block of its own."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """What ``submit`` will do; subclasses add the backend's native parts as fields
+    (plain data or dataclasses) and show them in ``native_items``."""
 
     plan: JobPlan
-    items: List[RenderedItem]
-    payload: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def native_items(self) -> List[RenderedItem]:
+        """The backend's own part, for display (job scripts, specifications...)."""
+        return []
+
+    def native_data(self) -> Dict[str, Any]:
+        """The backend's own part as plain data: every field but ``plan``."""
+        return {f.name: to_data(getattr(self, f.name)) for f in dataclasses.fields(self)
+                if f.name != "plan"}
+
+    def task_items(self) -> List[RenderedItem]:
+        """Every task's argv, working directory and environment, quoted for a shell."""
+        run = self.plan.run
+        return [RenderedItem(f"task {task.index}: {task.label}",
+                             f"argv: {shell_words(task.argv)}\ncwd: {run.workdir}\n"
+                             f"env: {env_assignments(task.env)}")
+                for task in run.tasks]
 
     def describe(self) -> str:
-        parts = [f"# job {self.plan.job_id} on backend {self.plan.backend}",
-                 f"# run directory {self.plan.run_dir}"]
-        for item in self.items:
+        run = self.plan.run
+        parts = [f"# job {run.job_id} on backend {self.plan.backend}",
+                 f"# run directory {run.run_dir}",
+                 "# task environments: added to the "
+                 + ("inherited" if run.inherit_env else "minimal")
+                 + " environment; DMLC_PS_ROOT_URI/PORT and DMLC_NODE_HOST are set at run time"]
+        for item in self.native_items() + self.task_items():
             parts.append(f"## {item.title}\n{item.text.rstrip()}")
         return "\n".join(parts) + "\n"
 
+    def to_dict(self) -> Dict[str, Any]:
+        """``render --json``: the plan's tasks and the backend's native part."""
+        run = self.plan.run
+        return {"schema": REQUEST_SCHEMA, "job_id": run.job_id, "backend": self.plan.backend,
+                "run_dir": run.run_dir, "workdir": run.workdir,
+                "inherit_env": run.inherit_env,
+                "tasks": [{"index": t.index, "role": t.role.value, "rank": t.rank,
+                           "argv": list(t.argv), "env": dict(t.env)} for t in run.tasks],
+                "native": self.native_data()}
 
-class Backend(abc.ABC):
-    """A place to run the tasks of a job."""
+
+@dataclasses.dataclass(frozen=True)
+class Handle:
+    """What a backend needs later of a submitted job (native ids). Plain data in the
+    job record through ``to_dict``/``from_dict``."""
+
+    def to_dict(self) -> Dict[str, Any]:
+        return to_data(self)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "Handle":
+        return from_data(cls, data, strict=False)
+
+
+class Rollback:
+    """Undo steps a backend registers while it launches (``push`` after each native
+    step that succeeded); ``run`` undoes them in reverse when a later step fails."""
+
+    def __init__(self) -> None:
+        self._steps: List[Tuple[str, Callable[[], None]]] = []
+
+    def push(self, what: str, undo: Callable[[], None]) -> None:
+        self._steps.append((what, undo))
+
+    def run(self) -> None:
+        while self._steps:
+            what, undo = self._steps.pop()
+            try:
+                undo()
+            except Exception as exc:  # keep undoing the rest; the user must know
+                sys.stderr.write(f"mxbatch: could not undo {what}: {exc}\n")
+
+
+OptionsT = TypeVar("OptionsT")
+RequestT = TypeVar("RequestT", bound=Request)
+HandleT = TypeVar("HandleT", bound=Handle)
+
+
+def cancel_abort() -> AbortRecord:
+    """The abort record ``mxbatch cancel`` writes."""
+    return AbortRecord(kind=AbortKind.CANCELLED, reason="cancelled by the user",
+                       by="mxbatch cancel")
+
+
+class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
+    """A place to run the tasks of a job (see the module docstring)."""
 
     name: ClassVar[str]
+    options_class: ClassVar[type] = NoOptions
+    handle_class: ClassVar[type]
     #: every task runs on this machine: advertise 127.0.0.1
     loopback_only: ClassVar[bool] = False
     #: the ``container.runtime`` values this backend runs roles in
-    container_runtimes: ClassVar[Tuple[str, ...]] = ()
-    #: the dataclass of this backend's ``backends.<name>`` block, if it has one
-    options_class: ClassVar[Optional[type]] = None
+    container_runtimes: ClassVar[Tuple[ContainerRuntime, ...]] = ()
     #: how often ``wait``/``--wait`` asks for the status (a batch system's qstat or
     #: squeue should not be asked many times a second)
     poll_interval_s: ClassVar[float] = 1.0
 
-    def __init__(self, options: Any = None) -> None:
+    def __init__(self, options: Optional[OptionsT] = None) -> None:
         """``options``: an ``options_class`` instance; its defaults when None."""
-        if options is None and self.options_class is not None:
-            options = self.options_class()
-        self.options = options
+        self.options: OptionsT = options if options is not None else self.options_class()
 
     @classmethod
-    def options_type(cls) -> Optional[type]:
-        return cls.options_class
+    def from_record(cls, record: JobRecord) -> "Backend":
+        """The backend as it was when ``record`` was submitted (same options)."""
+        return cls(from_data(cls.options_class, record.options, strict=False))
 
-    def check(self, plan: JobPlan) -> None:  # noqa: B027 - optional hook
+    def handle_of(self, record: JobRecord) -> HandleT:
+        return self.handle_class.from_dict(record.handle)
+
+    # ------------------------------------------------------------------ checks
+    def check(self, plan: JobPlan) -> None:
         """Raise ``SpecError`` if ``plan`` makes no sense for this backend. No cluster I/O."""
 
-    def check_environment(self) -> None:  # noqa: B027 - optional hook
+    def check_environment(self) -> None:
         """Raise ``BackendUnavailable`` with a hint if this backend cannot submit from here
         (missing tools or libraries). Not called by ``render``."""
-
-    @abc.abstractmethod
-    def render(self, plan: JobPlan) -> Submission:
-        """What ``submit`` would do. Pure."""
-
-    @abc.abstractmethod
-    def submit(self, submission: Submission) -> JobRecord:
-        """Create the run directory and start or queue every task."""
-
-    @abc.abstractmethod
-    def status(self, record: JobRecord) -> JobStatus:
-        """Per-task and job state, merged from records and the backend's view."""
-
-    @abc.abstractmethod
-    def cancel(self, record: JobRecord) -> None:
-        """Stop the job; idempotent; nothing may remain queued or running afterwards."""
 
     def check_container(self, spec: JobSpec) -> None:
         """SpecError at ``container`` if the spec asks for a container runtime this
@@ -101,30 +203,92 @@ class Backend(abc.ABC):
         container = spec.container
         if container is None or container.runtime in self.container_runtimes:
             return
-        runs = (f"it runs {', '.join(self.container_runtimes)}" if self.container_runtimes
-                else "remove the key or set it to null")
-        raise spec.error(("container",), f"{container.runtime} containers are not supported "
-                                         f"by backend {self.name!r}", runs)
+        runs = (f"it runs {', '.join(r.value for r in self.container_runtimes)}"
+                if self.container_runtimes else "remove the key or set it to null")
+        raise spec.error(("container",), f"{container.runtime.value} containers are not "
+                                         f"supported by backend {self.name!r}", runs)
+
+    # ------------------------------------------------------------------ submitting
+    @abc.abstractmethod
+    def render(self, plan: JobPlan) -> RequestT:
+        """What ``submit`` would do. Pure: no I/O, no cluster probing."""
+
+    def prepare_run_dir(self, request: RequestT, layout: RunLayout) -> None:
+        """Write the backend's own files into the new run directory (job scripts...)."""
+
+    @abc.abstractmethod
+    def launch(self, request: RequestT, layout: RunLayout, rollback: Rollback) -> HandleT:
+        """Start or queue every task; ``rollback.push`` an undo step after each native
+        step that succeeded (submitted array job...), so a later failure leaves nothing."""
+
+    def submit(self, request: RequestT) -> JobRecord:
+        """Create the run directory and launch; on any failure undo everything."""
+        plan = request.plan
+        layout = rundir.create(plan)
+        rollback = Rollback()
+        try:
+            self.prepare_run_dir(request, layout)
+            handle = self.launch(request, layout, rollback)
+        except BaseException:
+            rollback.run()
+            shutil.rmtree(layout.root, ignore_errors=True)
+            raise
+        return JobRecord(job_id=plan.job_id, backend=self.name, run_dir=layout.root,
+                         spec_path=str(plan.spec.source) if plan.spec.source else None,
+                         handle=handle.to_dict(), options=to_data(self.options))
+
+    # ------------------------------------------------------------------ watching
+    @abc.abstractmethod
+    def status(self, record: JobRecord) -> JobStatus:
+        """Per-task and job state, merged from records and the backend's view."""
 
     def rendezvous(self, record: JobRecord) -> Rendezvous:
         """The job's shared state (task records, abort) as the CLI reads and writes it:
         by default the files of the run directory."""
         return FileRendezvous(record.run_dir)
 
-    def log_reader(self, record: JobRecord, role: str, rank: int) -> Optional[LogReader]:
+    # ------------------------------------------------------------------ cancelling
+    def await_stopped(self, record: JobRecord, handle: HandleT,
+                      run: RunPlan) -> None:
+        """After the abort record was written: wait (bounded) until the supervisors
+        stopped their roles themselves."""
+
+    @abc.abstractmethod
+    def remove(self, record: JobRecord, handle: HandleT, run: RunPlan) -> None:
+        """Make sure nothing of the job is left queued or running. Idempotent."""
+
+    def cancel(self, record: JobRecord) -> None:
+        """Stop the job; idempotent; nothing remains queued or running afterwards."""
+        handle = self.handle_of(record)
+        run = load_run_plan(record)
+        if not self.status(record).terminal:
+            self.rendezvous(record).write_abort(cancel_abort())
+            self.await_stopped(record, handle, run)
+        self.remove(record, handle, run)
+
+    # ------------------------------------------------------------------ logs
+    def log_reader(self, record: JobRecord, role: Role, rank: int) -> Optional[LogReader]:
         """How the CLI reads one task's log while following the job; None: the file
-        ``<run_dir>/logs/<role>-<rank>.log`` on this machine."""
+        ``RunLayout.task_log`` on this machine."""
         return None
 
-    def logs(self, record: JobRecord, role: str, rank: int) -> Iterator[str]:
+    def logs(self, record: JobRecord, role: Role, rank: int) -> Iterator[str]:
         """Lines of one task's log (stdout and stderr of the role, supervisor notes)."""
-        path = Path(record.run_dir) / "logs" / f"{role}-{rank}.log"
         try:
-            with open(path, errors="replace") as handle:
+            with open(record.layout.task_log(role.value, rank), errors="replace") as handle:
                 yield from handle
         except FileNotFoundError:
             return
 
 
 def load_run_plan(record: JobRecord) -> RunPlan:
-    return RunPlan.from_json((Path(record.run_dir) / "plan.json").read_text())
+    """The plan of a submitted job, from its run directory; a clear error if it is gone."""
+    path = Path(record.layout.plan)
+    try:
+        return RunPlan.from_json(path.read_text())
+    except FileNotFoundError:
+        raise MxbatchError(f"the run directory of job {record.job_id} is gone ({path} does "
+                           "not exist): nothing more is known of it", exit_code=4) from None
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise MxbatchError(f"cannot read the plan of job {record.job_id} at {path}: {exc}",
+                           exit_code=4) from None

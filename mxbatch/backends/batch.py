@@ -3,34 +3,35 @@ directives rendered from resources, job scripts from ``jobscripts/``, job-id par
 native pass-through, all-or-nothing submission, and cancel that waits until the
 queue is empty of the job.
 
-A backend supplies the native parts: directives for a group, how to submit one
-group, how to list its tasks' native states, and how to delete job ids.
+A backend supplies the native parts: directives for a group, how to submit the
+groups (registering an undo step for each), how to list its tasks' native states,
+and how to delete its job ids.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-import enum
 import re
-import shlex
-import shutil
 import string
 import subprocess
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
-from .. import rundir, shell
+from .. import shell
 from ..errors import BackendUnavailable, CommandError, MxbatchError, SubmissionRejected
 from ..plan import JobPlan
+from ..quoting import shell_words
 from ..records import JobRecord
+from ..runtime.layout import RunLayout
 from ..runtime.planfile import RunPlan, TaskInfo
-from ..runtime.states import AbortKind, AbortRecord
-from ..spec import Role, command_text
+from ..runtime.rendezvous import FileRendezvous
+from ..runtime.roles import Role
 from ..status import JobStatus, NativeState, TaskKey, merge
-from .base import Backend, RenderedItem, Submission, load_run_plan
+from . import drmaa as drmaa_glue
+from .base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
 
 #: how long cancel waits for the queue to forget the job's tasks
 QUEUE_DRAIN_S = 60.0
@@ -90,8 +91,7 @@ class RoleGroup:
 
 
 def role_groups(run: RunPlan) -> List[RoleGroup]:
-    return [RoleGroup(role, tuple(run.tasks_of(role.value))) for role in Role
-            if run.tasks_of(role.value)]
+    return [RoleGroup(role, tuple(run.tasks_of(role))) for role in Role if run.tasks_of(role)]
 
 
 def render_jobscript(template: str, **values: str) -> str:
@@ -111,7 +111,7 @@ def parse_job_id(pattern: "re.Pattern[str]", output: str, argv: Sequence[str]) -
 
 def runtime_argv(plan: JobPlan, role: Role) -> List[str]:
     """What each array task runs: the runtime zipapp for its role (rank from the array)."""
-    return [plan.run.python, str(plan.run_dir / "runtime.pyz"), "run", str(plan.run_dir),
+    return [plan.run.python, plan.run.layout.runtime, "run", plan.run.run_dir,
             "--role", role.value]
 
 
@@ -119,7 +119,28 @@ def job_name(plan: JobPlan, role: Role) -> str:
     return f"{plan.job_id}-{role.value}"
 
 
-class BatchBackend(Backend):
+@dataclasses.dataclass(frozen=True)
+class BatchRequest(Request):
+    """Job scripts by name (``jobs/<name>.sh``, written for every submitter, and what
+    ``qsub``/``sbatch`` submit) and, for a DRMAA submitter, its bulk jobs."""
+
+    submitter: str = ""
+    scripts: Dict[str, str] = dataclasses.field(default_factory=dict)
+    templates: Tuple[drmaa_glue.TemplateSpec, ...] = ()
+
+    def native_items(self) -> List[RenderedItem]:
+        layout = self.plan.run.layout
+        items = [RenderedItem(f"DRMAA runBulkJobs {t.job_name} (1-{t.count})",
+                              "\n".join(f"{k}: {v}" for k, v in dataclasses.asdict(t).items()))
+                 for t in self.templates]
+        return items + [RenderedItem(f"job script {layout.job_script(name)}", text)
+                        for name, text in self.scripts.items()]
+
+
+HandleT = TypeVar("HandleT", bound=Handle)
+
+
+class BatchBackend(Backend[object, BatchRequest, HandleT]):
     """Render/submit/status/cancel for array-job schedulers; subclasses fill in natives."""
 
     script_template: str = ""
@@ -133,6 +154,8 @@ class BatchBackend(Backend):
     rejection_hint: str = ""
     #: the job id in the submit command's output (named group ``job_id``)
     job_id_pattern: "re.Pattern[str]" = re.compile(r"(?P<job_id>\S+)")
+    #: prefix of the scheduler's output files in ``logs/`` (``sge``, ``slurm``)
+    output_prefix: str = ""
 
     def command_env(self) -> Optional[Dict[str, str]]:
         """The environment of the scheduler's commands (None: this process's)."""
@@ -165,115 +188,144 @@ class BatchBackend(Backend):
         """Native options for ``group`` (resources, names, output paths, extra last)."""
 
     @abc.abstractmethod
-    def submit_groups(self, submission: Submission, scripts: Mapping[str, Path]
-                      ) -> Dict[str, object]:
-        """Submit every group (``scripts`` by name, as ``render`` made them); return the
-        record's ``native`` dict (with ``job_ids``). On failure, raise after deleting
-        what was already submitted."""
+    def submitter_name(self) -> str:
+        """The submitter ``launch`` will use (an enum value of the backend's options)."""
 
     @abc.abstractmethod
-    def native_states(self, record: JobRecord, run: RunPlan
+    def submit_argv(self, script: Path) -> List[str]:
+        """The command that submits one job script and prints its job id."""
+
+    @abc.abstractmethod
+    def native_specification(self, plan: JobPlan, group: RoleGroup) -> List[Directive]:
+        """The DRMAA native specification of ``group``: what the job template has no
+        attribute for."""
+
+    @abc.abstractmethod
+    def drmaa_client(self) -> drmaa_glue.DrmaaClient:
+        """A client of this scheduler's DRMAA library (``BackendUnavailable`` if none)."""
+
+    @abc.abstractmethod
+    def drmaa_job_number(self, task_ids: Sequence[str]) -> str:
+        """The array job's id from the DRMAA ids of its tasks."""
+
+    @abc.abstractmethod
+    def delete_ids(self, job_ids: Sequence[str], force: bool = False) -> None:
+        """Ask the scheduler to remove these jobs (queued or running); no error if gone."""
+
+    #: what the DRMAA bulk job's tasks add to the runtime's command line
+    drmaa_extra_args: Tuple[str, ...] = ()
+
+    def template(self, plan: JobPlan, group: RoleGroup) -> drmaa_glue.TemplateSpec:
+        """The DRMAA bulk job of one group."""
+        argv = runtime_argv(plan, group.role) + list(self.drmaa_extra_args)
+        return drmaa_glue.TemplateSpec(
+            remote_command=argv[0], args=argv[1:], job_name=job_name(plan, group.role),
+            native=shell_words(flat_argv(self.native_specification(plan, group))),
+            output_path=":" + self.output_path(plan, group, "$drmaa_incr_ph$"),
+            working_directory=plan.run.run_dir, count=group.count)
+
+    def templates(self, plan: JobPlan) -> Tuple[drmaa_glue.TemplateSpec, ...]:
+        """The DRMAA bulk jobs of ``plan`` when the submitter is DRMAA (else none)."""
+        if self.submitter_name() != drmaa_glue.SUBMITTER:
+            return ()
+        return tuple(self.template(plan, g) for g in role_groups(plan.run))
+
+    def submit_drmaa(self, request: BatchRequest, rollback: Rollback) -> Dict[Role, str]:
+        """Submit the request's bulk jobs (all or nothing); their job ids by role."""
+        client = self.drmaa_client()
+        ids = client.submit(request.templates)
+        flat = [job_id for group_ids in ids for job_id in group_ids]
+        rollback.push("the DRMAA jobs", lambda: client.terminate(flat))
+        return {g.role: self.drmaa_job_number(i)
+                for g, i in zip(role_groups(request.plan.run), ids)}
+
+    def submit_scripts(self, request: BatchRequest, layout: RunLayout,
+                       rollback: Rollback) -> Dict[str, str]:
+        """Submit the request's job scripts in order; their job ids by script name."""
+        ids: Dict[str, str] = {}
+        for name in request.scripts:
+            job_id = self.submit_script(self.submit_argv(Path(layout.job_script(name))))
+            rollback.push(f"{self.scheduler} job {job_id}",
+                          lambda job_id=job_id: self.delete_ids([job_id], force=True))
+            ids[name] = job_id
+        return ids
+
+    @abc.abstractmethod
+    def native_states(self, handle: HandleT, run: RunPlan
                       ) -> Tuple[Dict[TaskKey, NativeState], Dict[TaskKey, str]]:
         """Per task: its native state and native id (``12.3``)."""
 
     @abc.abstractmethod
-    def delete(self, record: JobRecord, force: bool = False) -> None:
+    def delete(self, handle: HandleT, force: bool = False) -> None:
         """Ask the scheduler to remove every task of the job (queued or running)."""
 
     # -- shared behaviour
+    directive_prefix: str = "#"
+
     def script_for(self, plan: JobPlan, group: RoleGroup) -> str:
         return render_jobscript(
             self.script_template, job_id=plan.job_id, role=group.role.value,
             count=str(group.count),
             directives=directive_lines(self.directive_prefix, self.directives(plan, group)),
-            command=command_text(runtime_argv(plan, group.role)))
-
-    directive_prefix: str = "#"
+            command=shell_words(runtime_argv(plan, group.role)))
 
     def scripts(self, plan: JobPlan) -> Dict[str, str]:
         """Job scripts by name (``jobs/<name>.sh``): one per role group by default."""
         return {g.role.value: self.script_for(plan, g) for g in role_groups(plan.run)}
 
-    def render(self, plan: JobPlan) -> Submission:
-        items = []
-        scripts = self.scripts(plan)
-        for name, script in scripts.items():
-            items.append(RenderedItem(f"job script {plan.run_dir / 'jobs' / (name + '.sh')}",
-                                      script))
-        for task in plan.run.tasks:
-            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(task.env.items()))
-            items.append(RenderedItem(f"task {task.index}: {task.label}",
-                                      f"argv: {command_text(task.argv)}\nenv: {env}"))
-        return Submission(plan=plan, items=items, payload={"scripts": scripts})
+    def output_path(self, plan: JobPlan, group: RoleGroup, index_placeholder: str) -> str:
+        return plan.run.layout.batch_output(self.output_prefix, group.role.value,
+                                            index_placeholder)
 
-    def submit(self, submission: Submission) -> JobRecord:
-        plan = submission.plan
-        run_dir = rundir.create(plan)
-        jobs_dir = run_dir / "jobs"
-        jobs_dir.mkdir(mode=0o700)
-        scripts = {}
-        for name, text in submission.payload["scripts"].items():
-            path = jobs_dir / f"{name}.sh"
+    def render(self, plan: JobPlan) -> BatchRequest:
+        return BatchRequest(plan=plan, submitter=self.submitter_name(),
+                            scripts=self.scripts(plan), templates=self.templates(plan))
+
+    def prepare_run_dir(self, request: BatchRequest, layout: RunLayout) -> None:
+        Path(layout.jobs_dir).mkdir(mode=0o700)
+        for name, text in request.scripts.items():
+            path = Path(layout.job_script(name))
             path.write_text(text)
             path.chmod(0o700)
-            scripts[name] = path
-        try:
-            native = self.submit_groups(submission, scripts)
-        except BaseException:
-            shutil.rmtree(run_dir, ignore_errors=True)
-            raise
-        return JobRecord(job_id=plan.job_id, backend=self.name, run_dir=str(run_dir),
-                         spec_path=str(plan.spec.source) if plan.spec.source else None,
-                         native=native)
 
     def status(self, record: JobRecord) -> JobStatus:
         run = load_run_plan(record)
-        rdv = rundir.rendezvous(record.run_path)
-        native, ids = self.native_states(record, run)
+        rdv = FileRendezvous(record.run_dir)
+        native, ids = self.native_states(self.handle_of(record), run)
         return merge(run, self.name, rdv.read_tasks(), rdv.read_abort(), native, ids)
 
-    def cancel(self, record: JobRecord) -> None:
-        run = load_run_plan(record)
-        rdv = rundir.rendezvous(record.run_path)
-        status = self.status(record)
-        if not status.terminal:
-            rdv.write_abort(AbortRecord(kind=AbortKind.CANCELLED, reason="cancelled by the user",
-                                        by="mxbatch cancel"))
-            # running supervisors stop their roles themselves (SIGTERM, then SIGKILL)
-            self._wait_native(record, run, lambda s: s is not NativeState.ACTIVE,
-                              timeout=min(run.grace_s, 10.0) + 3)
-        if self._present(record, run):
-            self.delete(record)
-            if not self._wait_native(record, run, lambda s: s is NativeState.GONE,
-                                     timeout=QUEUE_DRAIN_S / 2):
-                self.delete(record, force=True)
-                if not self._wait_native(record, run, lambda s: s is NativeState.GONE,
-                                         timeout=QUEUE_DRAIN_S / 2):
-                    raise MxbatchError(f"tasks of {record.job_id} are still in the queue "
-                                       f"after {QUEUE_DRAIN_S:g}s; ask the cluster admins")
+    def await_stopped(self, record: JobRecord, handle: HandleT, run: RunPlan) -> None:
+        """Running supervisors stop their roles themselves (SIGTERM, then SIGKILL)."""
+        self._wait_native(handle, run, lambda s: s is not NativeState.ACTIVE,
+                          timeout=min(run.grace_s, 10.0) + 3)
 
-    def _present(self, record: JobRecord, run: RunPlan) -> bool:
-        native, _ = self.native_states(record, run)
+    def remove(self, record: JobRecord, handle: HandleT, run: RunPlan) -> None:
+        if not self._present(handle, run):
+            return
+        self.delete(handle)
+        if self._wait_native(handle, run, lambda s: s is NativeState.GONE,
+                             timeout=QUEUE_DRAIN_S / 2):
+            return
+        self.delete(handle, force=True)
+        if not self._wait_native(handle, run, lambda s: s is NativeState.GONE,
+                                 timeout=QUEUE_DRAIN_S / 2):
+            raise MxbatchError(f"tasks of {record.job_id} are still in the queue "
+                               f"after {QUEUE_DRAIN_S:g}s; ask the cluster admins")
+
+    def _present(self, handle: HandleT, run: RunPlan) -> bool:
+        native, _ = self.native_states(handle, run)
         return any(s is not NativeState.GONE for s in native.values())
 
-    def _wait_native(self, record: JobRecord, run: RunPlan, done, timeout: float) -> bool:
+    def _wait_native(self, handle: HandleT, run: RunPlan,
+                     done: Callable[[NativeState], bool], timeout: float) -> bool:
         deadline = time.time() + timeout
         while True:
-            native, _ = self.native_states(record, run)
+            native, _ = self.native_states(handle, run)
             if all(done(s) for s in native.values()):
                 return True
             if time.time() > deadline:
                 return False
             time.sleep(0.5)
-
-
-def check_choice(plan: JobPlan, backend: str, key: str, value: str,
-                 choices: "type[enum.Enum]") -> None:
-    """SpecError at ``backends.<backend>.<key>`` unless ``value`` is one of ``choices``."""
-    allowed = [c.value for c in choices]
-    if value not in allowed:
-        raise plan.spec.error(("backends", backend, key),
-                              f"expected one of {', '.join(allowed)}, got {value!r}")
 
 
 def rejected(scheduler: str, words: str, hint: str) -> SubmissionRejected:

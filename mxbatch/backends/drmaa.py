@@ -25,6 +25,8 @@ from .. import shell
 from ..errors import BackendUnavailable, CommandError, SubmissionRejected
 
 STATIC_TLS_TUNABLE = "glibc.rtld.optional_static_tls=1000000"
+#: the ``submitter`` option value that selects DRMAA, on every backend that offers it
+SUBMITTER = "drmaa"
 HELPER_TIMEOUT_S = 120.0
 
 

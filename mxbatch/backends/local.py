@@ -1,11 +1,10 @@
 """Local backend: every task is a supervised process on this machine.
 
-``submit`` creates the run directory and starts one detached job manager
-(``runtime.pyz manage``, its own session) that starts the supervisors, at most
-``slots`` at a time. Tasks advertise 127.0.0.1 unless an interface is given.
-``cancel`` writes the abort record, gives supervisors the grace period to stop
-their roles, then SIGKILLs whatever of the job is left (found by its
-``MXBATCH_JOB_ID`` environment variable).
+``launch`` starts one detached job manager (``runtime.pyz manage``, its own
+session) that starts the supervisors, at most ``slots`` at a time. Tasks
+advertise 127.0.0.1 unless an interface is given. ``cancel`` writes the abort
+record, gives supervisors the grace period to stop their roles, then SIGKILLs
+whatever of the job is left (found by its ``MXBATCH_JOB_ID`` environment variable).
 """
 
 from __future__ import annotations
@@ -16,34 +15,54 @@ import signal
 import socket
 import subprocess
 import sys
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
-from .. import procs, rundir
+from .. import procs
 from ..plan import JobPlan
+from ..quoting import shell_words
 from ..records import JobRecord
 from ..runtime import net
-from ..runtime.states import AbortKind, AbortRecord
-from ..spec import command_text
+from ..runtime.layout import RunLayout
+from ..runtime.planfile import RunPlan
+from ..runtime.rendezvous import FileRendezvous
 from ..status import JobStatus, NativeState, merge
-from .base import Backend, RenderedItem, Submission, load_run_plan
+from ..typed import option
+from .base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
 
 
 @dataclasses.dataclass(frozen=True)
 class LocalOptions:
-    """``backends.local``: ``slots`` = how many tasks may run at once (default: all)."""
+    """``backends.local``."""
 
-    slots: Optional[int] = None
+    slots: Optional[int] = option(None, "at most this many tasks run at once (default: all)")
 
 
-class LocalBackend(Backend):
+@dataclasses.dataclass(frozen=True)
+class LocalHandle(Handle):
+    """The detached job manager of the job, and where it runs."""
+
+    manager_pid: int
+    host: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalRequest(Request):
+    """The command line of the job manager that ``launch`` starts."""
+
+    manager_argv: Tuple[str, ...] = ()
+
+    def native_items(self) -> List[RenderedItem]:
+        return [RenderedItem("job manager (detached)", shell_words(self.manager_argv))]
+
+
+class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
+    """Every task a supervised process here, started by one detached job manager."""
+
     name = "local"
     loopback_only = True
     options_class = LocalOptions
+    handle_class = LocalHandle
     poll_interval_s = 0.05  # reading a few local files
-
-    @property
-    def slots(self) -> Optional[int]:
-        return self.options.slots
 
     def check(self, plan: JobPlan) -> None:
         interface = plan.spec.network.interface
@@ -52,46 +71,30 @@ class LocalBackend(Backend):
                 net.interface_ip(interface)
             except net.NetworkError as exc:
                 raise plan.spec.error(("network", "interface"), str(exc)) from None
-        if self.slots is not None and self.slots < 1:
-            raise plan.spec.error(("backends", "local", "slots"), "must be at least 1")
+        if self.options.slots is not None and self.options.slots < 1:
+            raise plan.spec.error(("backends", self.name, "slots"), "must be at least 1")
 
-    def manager_argv(self, plan: JobPlan) -> List[str]:
-        argv = [sys.executable, str(plan.run_dir / "runtime.pyz"), "manage", str(plan.run_dir)]
-        if self.slots:
-            argv += ["--slots", str(self.slots)]
-        return argv
+    def render(self, plan: JobPlan) -> LocalRequest:
+        argv = [sys.executable, plan.run.layout.runtime, "manage", plan.run.run_dir]
+        if self.options.slots:
+            argv += ["--slots", str(self.options.slots)]
+        return LocalRequest(plan=plan, manager_argv=tuple(argv))
 
-    def render(self, plan: JobPlan) -> Submission:
-        items = [RenderedItem("job manager (detached)", command_text(self.manager_argv(plan)))]
-        for task in plan.run.tasks:
-            env = "\n".join(f"  {k}={v}" for k, v in sorted(task.env.items()))
-            items.append(RenderedItem(
-                f"task {task.index}: {task.label}",
-                f"argv: {command_text(task.argv)}\ncwd: {plan.run.workdir}\n"
-                f"env (added to the {'inherited' if plan.run.inherit_env else 'minimal'} "
-                f"environment; DMLC_PS_ROOT_URI/PORT and DMLC_NODE_HOST at run time):\n{env}"))
-        return Submission(plan=plan, items=items)
-
-    def submit(self, submission: Submission) -> JobRecord:
-        plan = submission.plan
-        run_dir = rundir.create(plan)
-        log = open(run_dir / "logs" / "manager.log", "ab")
-        try:
+    def launch(self, request: LocalRequest, layout: RunLayout,
+               rollback: Rollback) -> LocalHandle:
+        with open(layout.manager_log, "ab") as log:
             manager = subprocess.Popen(
-                self.manager_argv(plan), env=dict(os.environ, MXBATCH_JOB_ID=plan.job_id),
+                list(request.manager_argv),
+                env=dict(os.environ, MXBATCH_JOB_ID=request.plan.job_id),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True)
-        finally:
-            log.close()
-        return JobRecord(job_id=plan.job_id, backend=self.name, run_dir=str(run_dir),
-                         spec_path=str(plan.spec.source) if plan.spec.source else None,
-                         native={"manager_pid": manager.pid, "host": socket.gethostname()})
+        return LocalHandle(manager_pid=manager.pid, host=socket.gethostname())
 
     def status(self, record: JobRecord) -> JobStatus:
         plan = load_run_plan(record)
-        rdv = rundir.rendezvous(record.run_path)
+        rdv = FileRendezvous(record.run_dir)
         records = rdv.read_tasks()
-        manager_alive = procs.pid_alive(record.native.get("manager_pid", 0))
+        manager_alive = procs.pid_alive(self.handle_of(record).manager_pid)
         native = {}
         for task in plan.tasks:
             rec = records.get((task.role, task.rank))
@@ -103,15 +106,10 @@ class LocalBackend(Backend):
                                                   else NativeState.GONE)
         return merge(plan, self.name, records, rdv.read_abort(), native)
 
-    def cancel(self, record: JobRecord) -> None:
-        plan = load_run_plan(record)
-        rdv = rundir.rendezvous(record.run_path)
-        if not self.status(record).terminal:
-            rdv.write_abort(AbortRecord(kind=AbortKind.CANCELLED, reason="cancelled by the user",
-                                        by="mxbatch cancel"))
-        manager = record.native.get("manager_pid")
-        if manager:
-            procs.wait_gone([manager], plan.grace_s + 5)
+    def remove(self, record: JobRecord, handle: LocalHandle, run: RunPlan) -> None:
+        """The manager exits once its supervisors have (they stop their roles on the
+        abort record within the grace period); then SIGKILL whatever is left."""
+        procs.wait_gone([handle.manager_pid], run.grace_s + 5)
         leftovers = procs.job_processes(record.job_id)
         if leftovers:
             procs.kill_all(leftovers, signal.SIGKILL)

@@ -13,31 +13,29 @@ import dataclasses
 import enum
 import os
 import re
-import shlex
 import shutil
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import BackendUnavailable
 from ..plan import JobPlan
-from ..records import JobRecord
+from ..runtime.layout import RunLayout
 from ..runtime.planfile import RunPlan
+from ..runtime.roles import Role
 from ..status import NativeState, TaskKey
+from ..typed import option
 from ..units import format_duration
 from . import drmaa as drmaa_glue
-from .base import RenderedItem, Submission
+from .base import Handle, Rollback
 from .batch import (
     BatchBackend,
+    BatchRequest,
     Directive,
     RoleGroup,
-    check_choice,
-    flat_argv,
     job_name,
     native_directives,
     parse_task_ranges,
-    role_groups,
-    runtime_argv,
 )
 
 QSUB_JOB_ID = re.compile(r"^(?P<job_id>\d+)(?:\.\d+-\d+:\d+)?\s*$", re.MULTILINE)
@@ -56,7 +54,7 @@ NATIVE_STATES: Tuple[Tuple[str, NativeState], ...] = (
 
 class Submitter(str, enum.Enum):
     AUTO = "auto"
-    DRMAA = "drmaa"
+    DRMAA = drmaa_glue.SUBMITTER
     QSUB = "qsub"
 
 
@@ -64,13 +62,22 @@ class Submitter(str, enum.Enum):
 class SgeOptions:
     """``backends.sge``."""
 
-    submitter: str = "auto"
-    queue: Optional[str] = None
-    pe: str = "smp"
-    project: Optional[str] = None
-    memory_resource: str = "h_vmem"
-    gpu_resource: str = "gpu"
-    native: Tuple[str, ...] = ()
+    submitter: Submitter = option(Submitter.AUTO, "how to submit: drmaa (DRMAA runBulkJobs), "
+                                  "qsub, or auto (DRMAA when a library is found)")
+    queue: Optional[str] = option(None, "the queue (-q)")
+    pe: str = option("smp", "the parallel environment that grants a role's cpus (-pe PE N)")
+    project: Optional[str] = option(None, "the project (-P)")
+    memory_resource: str = option("h_vmem", "the per-slot memory resource (-l NAME=...)")
+    gpu_resource: str = option("gpu", "the GPU consumable (-l NAME=N)")
+    native: Tuple[str, ...] = option((), "more qsub options, passed last and unchanged")
+
+
+@dataclasses.dataclass(frozen=True)
+class SgeHandle(Handle):
+    """The array job of each role group, and how they were submitted."""
+
+    submitter: Submitter
+    job_ids: Dict[Role, str]
 
 
 def native_state(letters: str) -> NativeState:
@@ -93,11 +100,14 @@ def parse_qstat_xml(text: str) -> Dict[Tuple[str, int], str]:
     return states
 
 
-class SgeBackend(BatchBackend):
+class SgeBackend(BatchBackend[SgeHandle]):
     name = "sge"
     script_template = "sge.sh"
     directive_prefix = "#$"
+    output_prefix = "sge"
     options_class = SgeOptions
+    handle_class = SgeHandle
+    options: SgeOptions
     scheduler = "SGE"
     daemon = "SGE qmaster"
     unreachable = QMASTER_DOWN
@@ -108,15 +118,15 @@ class SgeBackend(BatchBackend):
 
     # ------------------------------------------------------------------ checks
     def submitter(self) -> Submitter:
-        try:
-            wanted = Submitter(self.options.submitter)
-        except ValueError:
-            wanted = None
-        if wanted is Submitter.AUTO:
+        """The submitter to use: ``auto`` resolved (DRMAA when library and binding exist)."""
+        if self.options.submitter is Submitter.AUTO:
             library = drmaa_glue.find_library(self._environ())
             usable = library is not None and drmaa_glue.python_binding_available()
             return Submitter.DRMAA if usable else Submitter.QSUB
-        return wanted or Submitter.QSUB
+        return self.options.submitter
+
+    def submitter_name(self) -> str:
+        return self.submitter().value
 
     def command_env(self) -> Optional[Dict[str, str]]:
         return self._environ()
@@ -126,9 +136,6 @@ class SgeBackend(BatchBackend):
         if not env.get("SGE_ROOT") and Path("/var/lib/gridengine/default/common").is_dir():
             env["SGE_ROOT"] = "/var/lib/gridengine"  # Debian's layout
         return env
-
-    def check(self, plan: JobPlan) -> None:
-        check_choice(plan, self.name, "submitter", self.options.submitter, Submitter)
 
     def check_environment(self) -> None:
         env = self._environ()
@@ -156,7 +163,7 @@ class SgeBackend(BatchBackend):
     # ------------------------------------------------------------------ rendering
     def resource_directives(self, group: RoleGroup) -> List[Directive]:
         task = group.first
-        options: SgeOptions = self.options
+        options = self.options
         result = []
         if task.cpus > 1:
             result.append(Directive("-pe", (options.pe, str(task.cpus))))
@@ -179,73 +186,46 @@ class SgeBackend(BatchBackend):
 
     def directives(self, plan: JobPlan, group: RoleGroup) -> List[Directive]:
         """Everything, as the qsub job script carries it."""
-        output = str(plan.run_dir / "logs" / f"sge-{group.role.value}.$TASK_ID.out")
         return ([Directive("-N", (job_name(plan, group.role),)),
                  Directive("-t", (f"1-{group.count}",)),
-                 Directive("-wd", (str(plan.run_dir),)),
-                 Directive("-o", (output,)), Directive("-j", ("y",))]
+                 Directive("-wd", (plan.run.run_dir,)),
+                 Directive("-o", (self.output_path(plan, group, "$TASK_ID"),)),
+                 Directive("-j", ("y",))]
                 + self.common_directives(plan) + self.resource_directives(group)
                 + native_directives(self.options.native))
 
-    def native_specification(self, plan: JobPlan, group: RoleGroup) -> str:
-        """The DRMAA native specification: what the job template has no attribute for."""
-        directives = (self.common_directives(plan) + self.resource_directives(group)
-                      + native_directives(self.options.native))
-        return " ".join(shlex.quote(a) for a in flat_argv(directives))
-
-    def template(self, plan: JobPlan, group: RoleGroup) -> drmaa_glue.TemplateSpec:
-        argv = runtime_argv(plan, group.role)
-        return drmaa_glue.TemplateSpec(
-            remote_command=argv[0], args=argv[1:], job_name=job_name(plan, group.role),
-            native=self.native_specification(plan, group),
-            output_path=":" + str(plan.run_dir / "logs" /
-                                  f"sge-{group.role.value}.$drmaa_incr_ph$.out"),
-            working_directory=str(plan.run_dir), count=group.count)
-
-    def render(self, plan: JobPlan) -> Submission:
-        submission = super().render(plan)
-        if self.submitter() is Submitter.DRMAA:
-            items = [RenderedItem(f"DRMAA runBulkJobs for {g.role.value} (1-{g.count})",
-                                  "\n".join(f"{k}: {v}" for k, v in
-                                            dataclasses.asdict(self.template(plan, g)).items()))
-                     for g in role_groups(plan.run)]
-            submission = dataclasses.replace(submission, items=items + submission.items)
-        return submission
+    def native_specification(self, plan: JobPlan, group: RoleGroup) -> List[Directive]:
+        return (self.common_directives(plan) + self.resource_directives(group)
+                + native_directives(self.options.native))
 
     # ------------------------------------------------------------------ submitting
-    def submit_groups(self, submission: Submission, scripts: Mapping[str, Path]
-                      ) -> Dict[str, object]:
-        plan = submission.plan
-        groups = role_groups(plan.run)
-        submitter = self.submitter()
+    def launch(self, request: BatchRequest, layout: RunLayout,
+               rollback: Rollback) -> SgeHandle:
+        submitter = Submitter(request.submitter)
         if submitter is Submitter.DRMAA:
-            client = self._drmaa_client()
-            ids = client.submit([self.template(plan, g) for g in groups])
-            job_ids = {g.role.value: _array_job_number(i) for g, i in zip(groups, ids)}
+            job_ids = self.submit_drmaa(request, rollback)
         else:
-            job_ids = {}
-            try:
-                for group in groups:
-                    job_ids[group.role.value] = self._qsub(scripts[group.role.value])
-            except BaseException:
-                self._qdel(list(job_ids.values()), force=True)
-                raise
-        return {"submitter": submitter.value, "job_ids": job_ids}
+            job_ids = {Role(name): job_id for name, job_id
+                       in self.submit_scripts(request, layout, rollback).items()}
+        return SgeHandle(submitter=submitter, job_ids=job_ids)
 
-    def _drmaa_client(self) -> drmaa_glue.DrmaaClient:
+    def submit_argv(self, script: Path) -> List[str]:
+        return ["qsub", "-terse", str(script)]
+
+    def drmaa_client(self) -> drmaa_glue.DrmaaClient:
         env = self._environ()
         library = drmaa_glue.find_library(env)
         if library is None:
             raise BackendUnavailable("no DRMAA library found; set DRMAA_LIBRARY_PATH")
         return drmaa_glue.DrmaaClient(library, "SGE", {"SGE_ROOT": env["SGE_ROOT"]})
 
-    def _qsub(self, script: Path) -> str:
-        return self.submit_script(["qsub", "-terse", str(script)])
+    def drmaa_job_number(self, task_ids: Sequence[str]) -> str:
+        """``["12.1", "12.2"]`` -> ``"12"``."""
+        return task_ids[0].split(".")[0]
 
     # ------------------------------------------------------------------ watching
-    def native_states(self, record: JobRecord, run: RunPlan
+    def native_states(self, handle: SgeHandle, run: RunPlan
                       ) -> Tuple[Dict[TaskKey, NativeState], Dict[TaskKey, str]]:
-        job_ids: Dict[str, str] = record.native.get("job_ids", {})
         result = self.run_command(["qstat", "-xml", "-g", "d", "-u", "*"], timeout=30)
         try:
             queue = parse_qstat_xml(result.stdout)
@@ -253,7 +233,7 @@ class SgeBackend(BatchBackend):
             raise BackendUnavailable(f"cannot parse qstat output: {exc}") from None
         native, ids = {}, {}
         for task in run.tasks:
-            number = job_ids.get(task.role)
+            number = handle.job_ids.get(task.role)
             key = (task.role, task.rank)
             if number is None:
                 native[key] = NativeState.GONE
@@ -263,19 +243,14 @@ class SgeBackend(BatchBackend):
             ids[key] = f"{number}.{task.rank + 1}"
         return native, ids
 
-    def delete(self, record: JobRecord, force: bool = False) -> None:
-        job_ids = list(record.native.get("job_ids", {}).values())
-        if record.native.get("submitter") == Submitter.DRMAA.value and not force:
-            self._drmaa_client().terminate(job_ids)
+    def delete(self, handle: SgeHandle, force: bool = False) -> None:
+        job_ids = list(handle.job_ids.values())
+        if handle.submitter is Submitter.DRMAA and not force:
+            self.drmaa_client().terminate(job_ids)
         else:
-            self._qdel(job_ids, force=force)
+            self.delete_ids(job_ids, force=force)
 
-    def _qdel(self, job_ids: List[str], force: bool = False) -> None:
+    def delete_ids(self, job_ids: Sequence[str], force: bool = False) -> None:
         if job_ids:
             self.run_command(["qdel", *(["-f"] if force else []), *job_ids], check=False,
                              timeout=30)
-
-
-def _array_job_number(task_ids: List[str]) -> str:
-    """``["12.1", "12.2"]`` -> ``"12"``."""
-    return task_ids[0].split(".")[0]

@@ -12,27 +12,27 @@ import dataclasses
 import enum
 import os
 import re
-import shlex
 import shutil
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import BackendUnavailable, CommandError
 from ..plan import JobPlan
-from ..records import JobRecord
+from ..quoting import shell_words
+from ..runtime.layout import RunLayout
 from ..runtime.planfile import RunPlan
-from ..spec import command_text
+from ..runtime.roles import Role
 from ..status import NativeState, TaskKey
+from ..typed import option
 from ..units import format_duration
 from . import drmaa as drmaa_glue
-from .base import Submission
+from .base import Handle, Rollback
 from .batch import (
     BatchBackend,
+    BatchRequest,
     Directive,
     RoleGroup,
-    check_choice,
     directive_lines,
-    flat_argv,
     job_name,
     native_directives,
     render_jobscript,
@@ -58,7 +58,7 @@ SQUEUE_FORMAT = "%i|%F|%K|%T"
 
 class Submitter(str, enum.Enum):
     AUTO = "auto"
-    DRMAA = "drmaa"
+    DRMAA = drmaa_glue.SUBMITTER
     SBATCH = "sbatch"
 
 
@@ -67,18 +67,34 @@ class GpuFlag(str, enum.Enum):
     GPUS = "gpus"      # --gpus-per-task=N
 
 
+#: the name of the one script of a heterogeneous job (``jobs/het.sh``)
+HET_SCRIPT = "het"
+
+
 @dataclasses.dataclass(frozen=True)
 class SlurmOptions:
     """``backends.slurm``."""
 
-    submitter: str = "auto"
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    qos: Optional[str] = None
-    constraint: Optional[str] = None
-    het: bool = False
-    gpu_flag: str = "gres"
-    extra: Tuple[str, ...] = ()
+    submitter: Submitter = option(Submitter.AUTO, "how to submit: sbatch, drmaa (a Slurm "
+                                  "DRMAA library in DRMAA_LIBRARY_PATH), or auto")
+    partition: Optional[str] = option(None, "the partition (--partition)")
+    account: Optional[str] = option(None, "the account (--account)")
+    qos: Optional[str] = option(None, "the quality of service (--qos)")
+    constraint: Optional[str] = option(None, "node features (--constraint)")
+    het: bool = option(False, "one heterogeneous job whose components start together, "
+                              "instead of an array job per role")
+    gpu_flag: GpuFlag = option(GpuFlag.GRES, "how to ask for GPUs: gres (--gres=gpu:N) or "
+                               "gpus (--gpus-per-task=N)")
+    extra: Tuple[str, ...] = option((), "more sbatch options, passed last and unchanged")
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmHandle(Handle):
+    """The array job of each role group, or the one heterogeneous job."""
+
+    submitter: Submitter
+    job_ids: Dict[Role, str] = dataclasses.field(default_factory=dict)
+    het_job_id: Optional[str] = None
 
 
 def native_state(name: str) -> NativeState:
@@ -107,11 +123,14 @@ def parse_squeue(text: str) -> Dict[Tuple[str, str], str]:
     return states
 
 
-class SlurmBackend(BatchBackend):
+class SlurmBackend(BatchBackend[SlurmHandle]):
     name = "slurm"
     script_template = "slurm.sh"
     directive_prefix = "#SBATCH"
+    output_prefix = "slurm"
     options_class = SlurmOptions
+    handle_class = SlurmHandle
+    options: SlurmOptions
     scheduler = "Slurm"
     daemon = "slurmctld"
     unreachable = CONTROLLER_DOWN
@@ -119,20 +138,22 @@ class SlurmBackend(BatchBackend):
     rejection_hint = ("check backends.slurm (partition, account, qos, constraint, extra) "
                       "against `sinfo` and `sacctmgr`")
     job_id_pattern = SBATCH_JOB_ID
+    drmaa_extra_args = ("--array-base", "1")  # slurm-drmaa numbers array tasks from 1
 
     # ------------------------------------------------------------------ checks
     def submitter(self) -> Submitter:
-        wanted = Submitter(self.options.submitter)
-        if wanted is Submitter.AUTO:
+        """The submitter to use: ``auto`` resolved (DRMAA when a library is named)."""
+        if self.options.submitter is Submitter.AUTO:
             usable = bool(os.environ.get("DRMAA_LIBRARY_PATH")) and \
                 drmaa_glue.python_binding_available()
             return Submitter.DRMAA if usable and not self.options.het else Submitter.SBATCH
-        return wanted
+        return self.options.submitter
+
+    def submitter_name(self) -> str:
+        return self.submitter().value
 
     def check(self, plan: JobPlan) -> None:
-        check_choice(plan, self.name, "submitter", self.options.submitter, Submitter)
-        check_choice(plan, self.name, "gpu_flag", self.options.gpu_flag, GpuFlag)
-        if self.options.het and self.options.submitter == Submitter.DRMAA.value:
+        if self.options.het and self.options.submitter is Submitter.DRMAA:
             raise plan.spec.error(("backends", "slurm", "het"),
                                   "heterogeneous jobs need submitter: sbatch")
 
@@ -152,7 +173,7 @@ class SlurmBackend(BatchBackend):
     # ------------------------------------------------------------------ rendering
     def resource_directives(self, group: RoleGroup, per_cpu_memory: bool) -> List[Directive]:
         task = group.first
-        options: SlurmOptions = self.options
+        options = self.options
         result = [Directive("--cpus-per-task", (str(task.cpus),), "=")]
         if task.memory_mib:
             if per_cpu_memory:
@@ -161,7 +182,7 @@ class SlurmBackend(BatchBackend):
             else:
                 result.append(Directive("--mem", (f"{task.memory_mib}M",), "="))
         if task.gpus:
-            if options.gpu_flag == GpuFlag.GPUS.value:
+            if options.gpu_flag is GpuFlag.GPUS:
                 result.append(Directive("--gpus-per-task", (str(task.gpus),), "="))
             else:
                 result.append(Directive("--gres", (f"gpu:{task.gpus}",), "="))
@@ -178,12 +199,11 @@ class SlurmBackend(BatchBackend):
 
     def directives(self, plan: JobPlan, group: RoleGroup) -> List[Directive]:
         """An array job of one role group, as its job script carries it."""
-        output = str(plan.run_dir / "logs" / f"slurm-{group.role.value}.%a.out")
         return ([Directive("--job-name", (job_name(plan, group.role),), "="),
                  Directive("--array", (f"0-{group.count - 1}",), "="),
                  Directive("--ntasks", ("1",), "="),
-                 Directive("--chdir", (str(plan.run_dir),), "="),
-                 Directive("--output", (output,), "=")]
+                 Directive("--chdir", (plan.run.run_dir,), "="),
+                 Directive("--output", (self.output_path(plan, group, "%a"),), "=")]
                 + self.common_directives(plan)
                 + self.resource_directives(group, per_cpu_memory=False)
                 + native_directives(self.options.extra))
@@ -194,16 +214,16 @@ class SlurmBackend(BatchBackend):
         for offset, group in enumerate(role_groups(plan.run)):
             directives = [Directive("--ntasks", (str(group.count),), "=")]
             if offset == 0:
+                output = plan.run.layout.batch_output_single(self.output_prefix, HET_SCRIPT)
                 directives = [Directive("--job-name", (plan.job_id,), "="),
-                              Directive("--chdir", (str(plan.run_dir),), "="),
-                              Directive("--output",
-                                        (str(plan.run_dir / "logs" / "slurm-het.out"),), "="),
+                              Directive("--chdir", (plan.run.run_dir,), "="),
+                              Directive("--output", (output,), "="),
                               *self.common_directives(plan), *directives]
             directives += self.resource_directives(group, per_cpu_memory=True)
             directives += native_directives(self.options.extra)
             blocks.append(directive_lines(self.directive_prefix, directives))
             argv = runtime_argv(plan, group.role)[:-2] + ["--task-from", "SLURM_PROCID"]
-            components.append(f"--het-group={offset} {command_text(argv)}")
+            components.append(f"--het-group={offset} {shell_words(argv)}")
         return render_jobscript(
             "slurm-het.sh", job_id=plan.job_id,
             directives=f"\n{self.directive_prefix} hetjob\n".join(blocks),
@@ -211,76 +231,69 @@ class SlurmBackend(BatchBackend):
 
     def scripts(self, plan: JobPlan) -> Dict[str, str]:
         if self.options.het:
-            return {"het": self.het_script(plan)}
+            return {HET_SCRIPT: self.het_script(plan)}
         return super().scripts(plan)
 
-    def template(self, plan: JobPlan, group: RoleGroup) -> drmaa_glue.TemplateSpec:
-        """The DRMAA bulk job of one group (slurm-drmaa numbers array tasks from 1)."""
-        argv = runtime_argv(plan, group.role) + ["--array-base", "1"]
-        native = (self.common_directives(plan)
-                  + self.resource_directives(group, per_cpu_memory=False)
-                  + native_directives(self.options.extra))
-        return drmaa_glue.TemplateSpec(
-            remote_command=argv[0], args=argv[1:], job_name=job_name(plan, group.role),
-            native=" ".join(shlex.quote(a) for a in flat_argv(native)),
-            output_path=":" + str(plan.run_dir / "logs" /
-                                  f"slurm-{group.role.value}.$drmaa_incr_ph$.out"),
-            working_directory=str(plan.run_dir), count=group.count)
+    def native_specification(self, plan: JobPlan, group: RoleGroup) -> List[Directive]:
+        return (self.common_directives(plan)
+                + self.resource_directives(group, per_cpu_memory=False)
+                + native_directives(self.options.extra))
 
     # ------------------------------------------------------------------ submitting
-    def submit_groups(self, submission: Submission, scripts: Mapping[str, Path]
-                      ) -> Dict[str, object]:
-        plan = submission.plan
-        submitter = self.submitter()
+    def launch(self, request: BatchRequest, layout: RunLayout,
+               rollback: Rollback) -> SlurmHandle:
+        submitter = Submitter(request.submitter)
         if submitter is Submitter.DRMAA:
-            groups = role_groups(plan.run)
-            client = drmaa_glue.DrmaaClient(os.environ["DRMAA_LIBRARY_PATH"], "Slurm")
-            ids = client.submit([self.template(plan, g) for g in groups])
-            job_ids = {g.role.value: i[0].split("_")[0] for g, i in zip(groups, ids)}
-            return {"submitter": submitter.value, "job_ids": job_ids, "het": False}
-        job_ids: Dict[str, str] = {}
-        try:
-            for name, script in scripts.items():
-                job_ids[name] = self._sbatch(script)
-        except BaseException:
-            self._scancel(list(job_ids.values()))
-            raise
-        return {"submitter": submitter.value, "job_ids": job_ids, "het": self.options.het}
+            return SlurmHandle(submitter=submitter, job_ids=self.submit_drmaa(request, rollback))
+        ids = self.submit_scripts(request, layout, rollback)
+        if HET_SCRIPT in ids:
+            return SlurmHandle(submitter=submitter, het_job_id=ids[HET_SCRIPT])
+        return SlurmHandle(submitter=submitter, job_ids={Role(n): i for n, i in ids.items()})
 
-    def _sbatch(self, script: Path) -> str:
-        return self.submit_script(["sbatch", "--parsable", str(script)])
+    def submit_argv(self, script: Path) -> List[str]:
+        return ["sbatch", "--parsable", str(script)]
+
+    def drmaa_client(self) -> drmaa_glue.DrmaaClient:
+        return drmaa_glue.DrmaaClient(os.environ["DRMAA_LIBRARY_PATH"], "Slurm")
+
+    def drmaa_job_number(self, task_ids: Sequence[str]) -> str:
+        """``["12_1", "12_2"]`` -> ``"12"``."""
+        return task_ids[0].split("_")[0]
 
     # ------------------------------------------------------------------ watching
-    def native_states(self, record: JobRecord, run: RunPlan
+    def native_states(self, handle: SlurmHandle, run: RunPlan
                       ) -> Tuple[Dict[TaskKey, NativeState], Dict[TaskKey, str]]:
-        job_ids: Dict[str, str] = record.native.get("job_ids", {})
         argv = ["squeue", "--noheader", "--array", "--format", SQUEUE_FORMAT,
-                "--jobs", ",".join(job_ids.values())]
+                "--jobs", ",".join(_job_ids(handle))]
         result = self.run_command(argv, timeout=30, check=False)
         if result.returncode != 0 and "Invalid job id" not in result.stderr:
             raise self.translate(CommandError(argv, result.returncode, result.stdout,
                                               result.stderr))
         queue = parse_squeue(result.stdout if result.returncode == 0 else "")
         native, ids = {}, {}
-        het = record.native.get("het", False)
-        offsets = {g.role.value: i for i, g in enumerate(role_groups(run))}
+        offsets = {g.role: i for i, g in enumerate(role_groups(run))}
         for task in run.tasks:
             key = (task.role, task.rank)
-            if het:
-                leader = job_ids.get("het", "")
+            if handle.het_job_id is not None:
+                leader = handle.het_job_id
                 state = queue.get((leader, str(offsets[task.role])))
                 ids[key] = f"{leader}+{offsets[task.role]}"
             else:
-                number = job_ids.get(task.role, "")
+                number = handle.job_ids.get(task.role, "")
                 state = queue.get((number, str(task.rank)))
                 ids[key] = f"{number}_{task.rank}"
             native[key] = NativeState.GONE if state is None else native_state(state)
         return native, ids
 
-    def delete(self, record: JobRecord, force: bool = False) -> None:
-        self._scancel(list(record.native.get("job_ids", {}).values()), force)
+    def delete(self, handle: SlurmHandle, force: bool = False) -> None:
+        self.delete_ids(_job_ids(handle), force)
 
-    def _scancel(self, job_ids: List[str], force: bool = False) -> None:
+    def delete_ids(self, job_ids: Sequence[str], force: bool = False) -> None:
         if job_ids:
             self.run_command(["scancel", *(["--signal=KILL", "--full"] if force else []),
                               *job_ids], check=False, timeout=30)
+
+
+def _job_ids(handle: SlurmHandle) -> List[str]:
+    """Every Slurm job id of the job (the arrays' or the heterogeneous job's)."""
+    return [handle.het_job_id] if handle.het_job_id else list(handle.job_ids.values())

@@ -3,33 +3,40 @@ job's shared state in the application's key-value store, mirrored into the local
 run directory.
 
 The key-value store lives in skein's application master and ends with the
-application, so every read through ``MirroredRendezvous`` also writes what it
-saw into the run directory (``tasks/``, ``abort.json``: the file layout of
-``FileRendezvous``); once the application has ended, reads come from there. The
-final application report is kept in ``yarn/report.json`` and the containers
-(for logs) in ``yarn/containers.json``, so a finished job needs no driver.
+application, so the CLI reads it through a ``MirroredRendezvous``: what it sees
+is also written into the run directory (the file layout of ``FileRendezvous``),
+which answers alone once the application has ended. The final application
+report is kept in ``yarn/report.json`` and the containers (for logs) in
+``yarn/containers.json``, so a finished job needs no driver.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
-from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
-from ..records import JobRecord
-from ..runtime.kvrendezvous import KeyValueRendezvous
-from ..runtime.rendezvous import FileRendezvous, Rendezvous, TaskKey, atomic_write_json, read_json
-from ..runtime.states import AbortKind, AbortRecord, TaskRecord
-from .yarn_kv import SkeinKvStore, abort_from_diagnostics
-from .yarn_logs import ContainerInfo
+from ...records import JobRecord
+from ...runtime.kvrendezvous import KeyValueRendezvous
+from ...runtime.rendezvous import (
+    FileRendezvous,
+    MirroredRendezvous,
+    Rendezvous,
+    TaskKey,
+    atomic_write_json,
+    read_json,
+)
+from ...runtime.roles import Role
+from ...runtime.states import AbortKind, AbortRecord
+from ...typed import from_data, to_data
+from .appspec import STATE_DIR
+from .kv import SkeinKvStore, abort_from_diagnostics
+from .logs import ContainerInfo
+from .states import AppState, ContainerState, FinalStatus
 
-FINISHED_STATES = frozenset(("FINISHED", "FAILED", "KILLED"))
-# skein container states -> still to come, running, ended
-CONTAINER_QUEUED = frozenset(("WAITING", "REQUESTED"))
-CONTAINER_RUNNING = frozenset(("RUNNING",))
-ALL_CONTAINER_STATES = ("WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED")
+#: the job's files in the run directory (``<run dir>/yarn/``)
+REPORT_FILE = "report.json"
+CONTAINERS_FILE = "containers.json"
 #: how long an answer about a running application is reused (``mxbatch wait`` polls
 #: ten times a second; the ResourceManager and the application master need not)
 REPORT_TTL_S = 0.5
@@ -40,32 +47,33 @@ CONTAINERS_TTL_S = 1.0
 class AppReport:
     """What YARN says of the application (skein's ``ApplicationReport``, in brief)."""
 
-    state: str
-    final_status: str
+    state: AppState
+    final_status: FinalStatus
     diagnostics: str = ""
     tracking_url: str = ""
 
     @property
     def finished(self) -> bool:
-        return self.state in FINISHED_STATES
+        return self.state.ended
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> FinalStatus:
         """SUCCEEDED, FAILED or KILLED for a finished application."""
-        if self.final_status in ("SUCCEEDED", "FAILED", "KILLED"):
+        if self.final_status is not FinalStatus.UNDEFINED:
             return self.final_status
-        return "KILLED" if self.state == "KILLED" else "FAILED"
+        return FinalStatus.KILLED if self.state is AppState.KILLED else FinalStatus.FAILED
 
     @classmethod
     def from_skein(cls, report: Any) -> "AppReport":
-        return cls(state=str(report.state), final_status=str(report.final_status),
+        return cls(state=AppState(str(report.state)),
+                   final_status=FinalStatus(str(report.final_status)),
                    diagnostics=report.diagnostics or "", tracking_url=report.tracking_url or "")
 
 
 def abort_from_report(report: AppReport) -> Optional[AbortRecord]:
     """The abort record of an application that did not succeed: the one a supervisor
     left in the diagnostics, else one made of YARN's own words."""
-    if not report.finished or report.outcome == "SUCCEEDED":
+    if not report.finished or report.outcome is FinalStatus.SUCCEEDED:
         return None
     data = abort_from_diagnostics(report.diagnostics)
     if data is not None:
@@ -73,11 +81,11 @@ def abort_from_report(report: AppReport) -> Optional[AbortRecord]:
             return AbortRecord.from_dict(data)
         except (TypeError, ValueError, KeyError):
             pass
-    kind = AbortKind.CANCELLED if report.outcome == "KILLED" else AbortKind.FAILED
+    kind = AbortKind.CANCELLED if report.outcome is FinalStatus.KILLED else AbortKind.FAILED
     words = report.diagnostics.strip().splitlines()[0] if report.diagnostics.strip() else ""
     return AbortRecord(kind=kind, by="yarn",
-                       reason=f"YARN application {report.outcome}" + (f": {words}" if words
-                                                                      else ""))
+                       reason=f"YARN application {report.outcome.value}"
+                              + (f": {words}" if words else ""))
 
 
 class YarnJob:
@@ -86,12 +94,13 @@ class YarnJob:
     ``driver`` returns this process's ``skein.Client``; it is called only when the
     cluster must be asked."""
 
-    def __init__(self, record: JobRecord, driver: Callable[[], Any]) -> None:
+    def __init__(self, record: JobRecord, app_id: str, driver: Callable[[], Any]) -> None:
         self.record = record
-        self.app_id: str = record.native["app_id"]
+        self.app_id = app_id
         self.driver = driver
         self.local = FileRendezvous(record.run_dir)
-        self.state_dir = Path(record.run_dir) / "yarn"
+        self._report_path = record.layout.backend_file(STATE_DIR, REPORT_FILE)
+        self._containers_path = record.layout.backend_file(STATE_DIR, CONTAINERS_FILE)
         self._app: Optional[Any] = None
         self._report: Optional[AppReport] = None
         self._rendezvous: Optional[MirroredRendezvous] = None
@@ -106,16 +115,15 @@ class YarnJob:
         if self._report is not None and (
                 self._report.finished or time.monotonic() - self._report_at < REPORT_TTL_S):
             return self._report
-        saved = read_json(str(self.state_dir / "report.json"))
+        saved = read_json(self._report_path)
         if saved is not None:
-            self._report = AppReport(**saved)
+            self._report = from_data(AppReport, saved, strict=False)
             return self._report
         self._report = AppReport.from_skein(self.driver().application_report(self.app_id))
         self._report_at = time.monotonic()
         if self._report.finished:
             self._app = None
-            atomic_write_json(str(self.state_dir / "report.json"),
-                              dataclasses.asdict(self._report))
+            atomic_write_json(self._report_path, to_data(self._report))
         return self._report
 
     def wait_finished(self, timeout: float, until: Callable[[], bool] = lambda: False) -> bool:
@@ -133,7 +141,7 @@ class YarnJob:
     # ------------------------------------------------------------------ the application master
     def app(self) -> Optional[Any]:
         """A client of the running application master; None when it does not run."""
-        if self._app is None and self.report().state == "RUNNING":
+        if self._app is None and self.report().state is AppState.RUNNING:
             import skein
 
             try:
@@ -156,10 +164,15 @@ class YarnJob:
             self._report = None
             return None
 
-    def rendezvous(self) -> "MirroredRendezvous":
+    def rendezvous(self) -> MirroredRendezvous:
+        """The job's key-value store while the application runs, mirrored into the
+        run directory."""
         if self._rendezvous is None:
-            self._rendezvous = MirroredRendezvous(self)
+            self._rendezvous = MirroredRendezvous(self._attempt, self.local)
         return self._rendezvous
+
+    def _attempt(self, call: Callable[[Rendezvous], Any]) -> Optional[Any]:
+        return self.live(lambda app: call(KeyValueRendezvous(SkeinKvStore(app))))
 
     # ------------------------------------------------------------------ containers
     def containers(self) -> Dict[TaskKey, ContainerInfo]:
@@ -168,79 +181,26 @@ class YarnJob:
         if (self._containers is not None
                 and time.monotonic() - self._containers_at < CONTAINERS_TTL_S):
             return self._containers
-        path = str(self.state_dir / "containers.json")
-        found = self.live(lambda app: app.get_containers(states=ALL_CONTAINER_STATES))
+        found = self.live(lambda app: app.get_containers(
+            states=[state.value for state in ContainerState]))
         if found is None:
-            saved = read_json(path) or {}
+            saved = read_json(self._containers_path) or {}
             return {_task_key(name): ContainerInfo.from_dict(info)
                     for name, info in saved.items()}
         result = {}
         for container in found:
             if not container.yarn_container_id:
                 continue
-            result[(container.service_name, container.instance)] = ContainerInfo(
+            result[(Role(container.service_name), container.instance)] = ContainerInfo(
                 container_id=container.yarn_container_id,
-                node_http=container.yarn_node_http_address, state=str(container.state))
-        atomic_write_json(path, {f"{r}-{n}": c.to_dict() for (r, n), c in result.items()})
+                node_http=container.yarn_node_http_address,
+                state=ContainerState(str(container.state)))
+        atomic_write_json(self._containers_path,
+                          {f"{r.value}-{n}": c.to_dict() for (r, n), c in result.items()})
         self._containers, self._containers_at = result, time.monotonic()
         return result
 
 
 def _task_key(name: str) -> TaskKey:
     role, _, rank = name.rpartition("-")
-    return role, int(rank)
-
-
-class MirroredRendezvous(Rendezvous):
-    """The job's key-value store while the application runs, mirrored into the run
-    directory; the run directory alone once it has ended."""
-
-    def __init__(self, job: YarnJob) -> None:
-        self.job = job
-        self.local = job.local
-        self._mirrored: Dict[str, str] = {}
-
-    def _kv(self, call: Callable[[KeyValueRendezvous], Any]) -> Optional[Any]:
-        return self.job.live(lambda app: call(KeyValueRendezvous(SkeinKvStore(app))))
-
-    def publish_scheduler(self, info: Dict[str, Any]) -> None:
-        self._kv(lambda kv: kv.publish_scheduler(info))
-
-    def read_scheduler(self) -> Optional[Dict[str, Any]]:
-        return self._kv(lambda kv: kv.read_scheduler())
-
-    def write_task(self, record: TaskRecord) -> None:
-        self._kv(lambda kv: kv.write_task(record))
-        self._mirror_task(record)
-
-    def read_tasks(self) -> Dict[TaskKey, TaskRecord]:
-        records = self._kv(lambda kv: kv.read_tasks())
-        if records is None:
-            return self.local.read_tasks()
-        for record in records.values():
-            self._mirror_task(record)
-        return records
-
-    def write_abort(self, record: AbortRecord) -> bool:
-        first = self._kv(lambda kv: kv.write_abort(record))
-        if first is None:  # the application master is gone: the run directory only
-            return self.local.write_abort(record)
-        if first:
-            self.local.write_abort(record)
-        else:  # another writer was first: mirror theirs
-            self.read_abort()
-        return first
-
-    def read_abort(self) -> Optional[AbortRecord]:
-        abort = self._kv(lambda kv: kv.read_abort())
-        if abort is None:
-            return self.local.read_abort()
-        self.local.write_abort(abort)
-        return abort
-
-    def _mirror_task(self, record: TaskRecord) -> None:
-        text = json.dumps(record.to_dict(), sort_keys=True)
-        key = f"{record.role}-{record.rank}"
-        if self._mirrored.get(key) != text:
-            self.local.write_task(record)
-            self._mirrored[key] = text
+    return Role(role), int(rank)

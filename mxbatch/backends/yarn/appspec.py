@@ -28,14 +28,18 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shlex
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
-from ..plan import JobPlan
-from ..runtime.planfile import RunPlan, TaskInfo
-from ..spec import ContainerSpec, Role
+from ...plan import JobPlan
+from ...quoting import quote
+from ...runtime.layout import PLAN as PLAN_FILE
+from ...runtime.layout import RUNTIME as RUNTIME_FILE
+from ...runtime.planfile import RunPlan, TaskInfo
+from ...runtime.roles import Role
+from ...schema import ContainerSpec
+from ...typed import Seconds, option
 
 #: memory of a container whose role's spec sets none
 DEFAULT_MEMORY_MIB = 1024
@@ -45,9 +49,9 @@ MASTER_VCORES = 1
 #: how the runtime in a container reaches the key-value store
 KV_STORE_FACTORY = "mxbatch.backends.yarn_kv:container_store"
 ENV_FILE = "mxbatch-env.sh"
-PLAN_FILE = "plan.json"
-RUNTIME_FILE = "runtime.pyz"
 WORKDIR_FILE = "workdir"
+#: the backend's directory in the local run directory (``RunLayout.backend_dir``)
+STATE_DIR = "yarn"
 
 #: never taken from the submitting environment: set by YARN/skein for each
 #: container, private to the submitting host, or confusing to ps-lite
@@ -65,19 +69,15 @@ DOCKER_ENV_PREFIX = "YARN_CONTAINER_RUNTIME_DOCKER_"
 
 @dataclasses.dataclass(frozen=True)
 class YarnOptions:
-    """``backends.yarn``.
+    """``backends.yarn``."""
 
-    ``queue``: the YARN queue; ``node_label``: a node label expression for every
-    container; ``tags``: extra application tags; ``ship_workdir``: copy the spec's
-    workdir into every container (false: use it in place, on shared storage);
-    ``connect_timeout``: how long to wait for the ResourceManager to answer.
-    """
-
-    queue: str = "default"
-    node_label: Optional[str] = None
-    tags: Tuple[str, ...] = ()
-    ship_workdir: bool = True
-    connect_timeout: float = 20.0
+    queue: str = option("default", "the YARN queue")
+    node_label: Optional[str] = option(None, "a node label expression for every container")
+    tags: Tuple[str, ...] = option((), "extra application tags")
+    ship_workdir: bool = option(True, "copy the spec's workdir into every container "
+                                      "(false: use it in place, on shared storage)")
+    connect_timeout: Seconds = option(Seconds(20.0), "how long to wait for the "
+                                                     "ResourceManager to answer")
 
 
 def application_tags(plan: JobPlan, options: YarnOptions) -> List[str]:
@@ -105,7 +105,7 @@ def inherited_environment(run: RunPlan, environ: Mapping[str, str]) -> Dict[str,
 def env_file(variables: Mapping[str, str]) -> str:
     """``mxbatch-env.sh``: one shell-quoted ``export`` per variable."""
     lines = ["# mxbatch: the submitting environment, sourced by every container script"]
-    lines += [f"export {name}={shlex.quote(value)}" for name, value in variables.items()]
+    lines += [f"export {name}={quote(value)}" for name, value in variables.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -121,8 +121,8 @@ def docker_environment(container: ContainerSpec) -> Dict[str, str]:
     if container.mounts:
         env[DOCKER_ENV_PREFIX + "MOUNTS"] = ",".join(
             m if m.count(":") == 2 else m + ":rw" for m in container.mounts)
-    for option in container.options:
-        name, _, value = option.partition("=")
+    for extra in container.options:
+        name, _, value = extra.partition("=")
         env[name] = value
     return env
 
@@ -130,9 +130,9 @@ def docker_environment(container: ContainerSpec) -> Dict[str, str]:
 def container_script(run: RunPlan, role: Role) -> str:
     """The bash script of one service: find the task from the container index, link
     ``logs`` to YARN's log directory, load the environment, run the supervisor."""
-    tasks = run.tasks_of(role.value)
+    tasks = run.tasks_of(role)
     first = tasks[0].index
-    python = shlex.quote(run.python)
+    python = quote(run.python)
     return "\n".join([
         f"# mxbatch job {run.job_id}: container {role.value}_<i> runs task {first}+i "
         f"({role.value}[i])",
@@ -175,9 +175,9 @@ class ShippedFiles:
 
 def shipped_files(plan: JobPlan, options: YarnOptions) -> ShippedFiles:
     """Where ``submit`` writes the container files (``<run_dir>/yarn/``) and the workdir."""
-    run_dir = plan.run_dir
-    return ShippedFiles(runtime=str(run_dir / RUNTIME_FILE), plan=str(run_dir / "yarn" / PLAN_FILE),
-                        env=str(run_dir / "yarn" / ENV_FILE),
+    layout = plan.run.layout
+    return ShippedFiles(runtime=layout.runtime, plan=layout.backend_file(STATE_DIR, PLAN_FILE),
+                        env=layout.backend_file(STATE_DIR, ENV_FILE),
                         workdir=plan.run.workdir if options.ship_workdir else None)
 
 

@@ -20,8 +20,8 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ..errors import BackendUnavailable
-from ..records import mxbatch_home
+from ...errors import BackendUnavailable
+from ...records import mxbatch_home
 
 RM_DEFAULT_PORT = 8032
 _LOCK = threading.Lock()

@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Optional
 
-from ..runtime.kvrendezvous import KeyValueStore, decode
-from ..runtime.planfile import RunPlan
-from ..runtime.states import AbortKind
+from ...runtime.kvrendezvous import KeyValueStore, decode
+from ...runtime.planfile import RunPlan
+from ...runtime.states import AbortKind
 
 DIAGNOSTICS_PREFIX = "mxbatch abort: "
 

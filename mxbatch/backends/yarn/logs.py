@@ -18,6 +18,9 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable, Dict, Optional
 
+from ...typed import from_data, to_data
+from .states import ContainerState
+
 #: the least time between two fetches of one log while following a job
 REFRESH_S = 1.0
 HTTP_TIMEOUT_S = 10.0
@@ -31,18 +34,17 @@ class ContainerInfo:
 
     container_id: str
     node_http: str
-    state: str = ""
+    state: Optional[ContainerState] = None
 
     def log_url(self, name: str) -> str:
         return f"http://{self.node_http}/ws/v1/node/containerlogs/{self.container_id}/{name}"
 
-    def to_dict(self) -> Dict[str, str]:
-        return dataclasses.asdict(self)
+    def to_dict(self) -> Dict[str, Any]:
+        return to_data(self)
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "ContainerInfo":
-        return cls(container_id=str(data["container_id"]), node_http=str(data["node_http"]),
-                   state=str(data.get("state", "")))
+        return from_data(cls, dict(data, state=data.get("state") or None), strict=False)
 
 
 def unwrap(body: bytes) -> bytes:
