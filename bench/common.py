@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from mxbatch.runtime.layout import RunLayout
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 STATE = Path(os.environ.get("MXBATCH_CLUSTER_STATE", "/tmp/mxbatch-clusters"))
@@ -52,9 +54,9 @@ def timed_submit(env: Dict[str, str], backend: str, spec_path: Path) -> dict:
                             env=dict(env, LAUNCH_T0=repr(t0), EPOCHS="1"), timeout=600)
     wall = time.time() - t0
     job = result.stdout.split()[0] if result.stdout else ""
-    run_dir = Path(env["MXBATCH_HOME"]) / "runs" / job
+    tasks_dir = Path(RunLayout(str(Path(env["MXBATCH_HOME"]) / "runs" / job)).tasks_dir)
     starts = [json.loads(p.read_text()).get("started_at") or 0
-              for p in (run_dir / "tasks").glob("*.json")] if job else []
+              for p in tasks_dir.glob("*.json")] if job else []
     firsts = [float(x) for x in re.findall(r"first step at ([\d.]+)s", result.stdout)]
     if result.returncode != 0:
         sys.stderr.write(result.stderr[-2000:])

@@ -6,15 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, List
 
-from .conftest import EXAMPLES, wait_for
+from .conftest import copy_example, wait_for
 
 
 def example_spec(tmp_path: Path, backend: str, options: str, *, name: str,
                  startup: str = "5m", memory: str = "4G") -> Path:
-    """examples/mlp-ps.yaml renamed, with ``backends.<backend>: {options}`` added."""
-    text = (EXAMPLES / "mlp-ps.yaml").read_text()
+    """examples/mlp-ps.yaml renamed, with ``backends.<backend>: {options}`` added, in a
+    temporary directory with its training script (the roles' workdir)."""
+    text = copy_example(tmp_path / f"{name}-workdir").read_text()
     text = text.replace("name: mlp-ps", f"name: {name}")
-    text = text.replace("workdir: .", f"workdir: {EXAMPLES}")
+    text = text.replace("workdir: .", f"workdir: {tmp_path / (name + '-workdir')}")
     text = text.replace("startup_timeout: 5m", f"startup_timeout: {startup}")
     text = text.replace("memory: 4G", f"memory: {memory}")
     text += f"backends:\n  {backend}: {{{options}}}\n"

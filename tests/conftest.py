@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from typing import Dict, List, Optional
 import pytest
 
 from mxbatch import procs
+from mxbatch.runtime.layout import RunLayout
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -107,7 +109,7 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
 
 def task_record(run_dir: Path, role: str, rank: int) -> Optional[dict]:
     try:
-        return json.loads((run_dir / "tasks" / f"{role}-{rank}.json").read_text())
+        return json.loads(Path(RunLayout(str(run_dir)).task_record(role, rank)).read_text())
     except (OSError, ValueError):
         return None
 
@@ -122,6 +124,20 @@ def assert_no_processes(job_id: str, timeout: float = 5.0) -> None:
     if left:
         procs.kill_all(left)
         pytest.fail(f"processes of {job_id} left behind: {left}")
+
+
+def copy_example(directory: Path) -> Path:
+    """examples/mlp-ps.yaml and its training script copied into ``directory``, so the
+    roles run (and write whatever they write) there, never in the checkout."""
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copy(EXAMPLES / "train_mlp.py", directory / "train_mlp.py")
+    return Path(shutil.copy(EXAMPLES / "mlp-ps.yaml", directory / "mlp-ps.yaml"))
+
+
+@pytest.fixture
+def example(tmp_path) -> Path:
+    """The example job spec in a temporary directory (see ``copy_example``)."""
+    return copy_example(tmp_path / "example")
 
 
 def write_spec(path: Path, text: str) -> Path:

@@ -3,12 +3,13 @@
 scheduler: listens on DMLC_PS_ROOT_PORT until stopped (like ps-lite's scheduler); with
            $FAKE_SCHEDULER_FAIL_ONCE=<file> the first run exits 1 after 1.5 s instead.
 server:    sleeps until stopped.
-worker:    writes {argv, env} as JSON to $FAKE_OUT/<rank>.json (if set), sleeps
+worker:    writes {argv, env, core_limit} as JSON to $FAKE_OUT/<rank>.json (if set), sleeps
            $FAKE_SLEEP seconds, then exits with $FAKE_EXIT (default 0).
 """
 
 import json
 import os
+import resource
 import socket
 import sys
 import time
@@ -34,6 +35,7 @@ else:
     out = os.environ.get("FAKE_OUT")
     if out:
         with open(os.path.join(out, os.environ["MXBATCH_RANK"] + ".json"), "w") as handle:
-            json.dump({"argv": sys.argv[1:], "env": dict(os.environ)}, handle)
+            json.dump({"argv": sys.argv[1:], "env": dict(os.environ),
+                       "core_limit": resource.getrlimit(resource.RLIMIT_CORE)}, handle)
     time.sleep(float(os.environ.get("FAKE_SLEEP", 0)))
     sys.exit(int(os.environ.get("FAKE_EXIT", 0)))

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -68,6 +70,26 @@ def test_inherit_env_false_drops_the_submitters_variables(cli, tmp_path):
     assert result.returncode == 0, result.stderr
     env = json.loads((out / "0.json").read_text())["env"]
     assert "FROM_SUBMITTER" not in env and "PATH" in env and env["FAKE_OUT"] == str(out)
+
+
+@pytest.mark.parametrize("core_dumps", [False, True])
+def test_roles_write_no_core_file_unless_the_spec_allows(cli, tmp_path, core_dumps):
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = fake_spec(tmp_path, extra=f"env: {{FAKE_OUT: '{out}'}}\n"
+                                     f"core_dumps: {str(core_dumps).lower()}\n")
+    hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+    limit = 1 << 20 if hard == resource.RLIM_INFINITY else min(hard, 1 << 20)
+
+    def allow_cores():  # the submitter's own limit, which core_dumps: true keeps
+        resource.setrlimit(resource.RLIMIT_CORE, (limit, hard))
+
+    proc = subprocess.run([sys.executable, "-m", "mxbatch", "submit", "--wait", str(spec)],
+                          env=cli.env, capture_output=True, text=True, timeout=120,
+                          preexec_fn=allow_cores)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads((out / "0.json").read_text())["core_limit"]
+    assert seen == ([limit, hard] if core_dumps else [0, 0])
 
 
 def test_lingering_servers_are_stopped_after_workers_succeed(cli, tmp_path):

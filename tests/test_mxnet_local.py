@@ -12,11 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import EXAMPLES, assert_no_processes, task_record, wait_for
+from .conftest import assert_no_processes, task_record, wait_for
 
 pytestmark = pytest.mark.mxnet
-
-EXAMPLE = EXAMPLES / "mlp-ps.yaml"
 
 
 def worker_summary(output: str):
@@ -38,8 +36,8 @@ def assert_trained(output: str) -> None:
         assert len(losses) >= 2 and losses[-1] < losses[0], losses
 
 
-def test_example_job_trains_with_submit_wait(cli):
-    result = cli.run("submit", "--wait", str(EXAMPLE), env={"EPOCHS": "3"})
+def test_example_job_trains_with_submit_wait(cli, example):
+    result = cli.run("submit", "--wait", str(example), env={"EPOCHS": "3"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert_trained(result.stdout)
     job = result.stdout.split()[0]
@@ -47,18 +45,18 @@ def test_example_job_trains_with_submit_wait(cli):
     assert_no_processes(job)
 
 
-def test_example_job_trains_with_launch(cli):
+def test_example_job_trains_with_launch(cli, example):
     result = cli.run("launch", "-n", "2", "-s", "2", "--", "python3", "train_mlp.py",
-                     "--kvstore", "dist_sync", "--epochs", "3", cwd=EXAMPLES)
+                     "--kvstore", "dist_sync", "--epochs", "3", cwd=example.parent)
     assert result.returncode == 0, result.stderr[-3000:]
     assert_trained(result.stdout)
     assert_no_processes(result.stdout.split()[0])
 
 
-def test_uncaught_exception_in_one_worker_fails_the_job_fast(cli):
+def test_uncaught_exception_in_one_worker_fails_the_job_fast(cli, example):
     # kv rank 1 raises after 20 steps while the other worker keeps training
     env = {"CRASH_RANK": "1", "CRASH_AFTER_STEPS": "20", "STEP_SLEEP": "0.02", "EPOCHS": "50"}
-    result = cli.run("submit", "--wait", str(EXAMPLE), env=env)
+    result = cli.run("submit", "--wait", str(example), env=env)
     ended = time.time()
     assert result.returncode == 1
     assert "RuntimeError: simulated crash on worker rank 1" in result.stdout
@@ -71,9 +69,9 @@ def test_uncaught_exception_in_one_worker_fails_the_job_fast(cli):
     assert_no_processes(job)
 
 
-def _start_long_job(cli) -> tuple:
+def _start_long_job(cli, example) -> tuple:
     env = {"STEP_SLEEP": "0.05", "EPOCHS": "100"}
-    job = cli.submit(EXAMPLE, env=env)
+    job = cli.submit(example, env=env)
     run_dir = cli.home / "runs" / job
     wait_for(lambda: "first step" in _read(run_dir / "logs" / "worker-0.log"), 60,
              "the first training step")
@@ -88,8 +86,8 @@ def _read(path: Path) -> str:
 
 
 @pytest.mark.parametrize("role,rank", [("worker", 0), ("server", 1), ("scheduler", 0)])
-def test_killed_role_fails_the_job_fast(cli, role, rank):
-    job, run_dir = _start_long_job(cli)
+def test_killed_role_fails_the_job_fast(cli, example, role, rank):
+    job, run_dir = _start_long_job(cli, example)
     victim = task_record(run_dir, role, rank)["pid"]
     os.kill(victim, signal.SIGKILL)
     killed = time.time()
@@ -102,11 +100,11 @@ def test_killed_role_fails_the_job_fast(cli, role, rank):
     assert_no_processes(job)
 
 
-def test_startup_deadline_when_workers_never_start(cli, tmp_path):
+def test_startup_deadline_when_workers_never_start(cli, example, tmp_path):
     # Three slots: the scheduler and both servers start, the workers never do.
     spec = tmp_path / "starved.yaml"
-    spec.write_text(EXAMPLE.read_text().replace("startup_timeout: 5m", "startup_timeout: 20s")
-                    .replace("workdir: .", f"workdir: {EXAMPLES}")
+    spec.write_text(example.read_text().replace("startup_timeout: 5m", "startup_timeout: 20s")
+                    .replace("workdir: .", f"workdir: {example.parent}")
                     + "backends:\n  local: {slots: 3}\n")
     started = time.time()
     result = cli.run("submit", "--wait", str(spec))
@@ -118,8 +116,8 @@ def test_startup_deadline_when_workers_never_start(cli, tmp_path):
     assert_no_processes(result.stdout.split()[0])
 
 
-def test_cancel_running_training(cli):
-    job, _ = _start_long_job(cli)
+def test_cancel_running_training(cli, example):
+    job, _ = _start_long_job(cli, example)
     result = cli.run("cancel", job)
     assert result.returncode == 0
     assert cli.status(job)["state"] == "CANCELLED"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from mxbatch import jobs
 from mxbatch import plan as planning
 from mxbatch import spec as specs
 from mxbatch.backends.batch import parse_job_id, role_groups
-from mxbatch.backends.sge import QSUB_JOB_ID, SgeBackend, SgeOptions, native_state, parse_qstat_xml
+from mxbatch.backends.sge import QSUB_JOB_ID, SgeBackend, native_state, parse_qstat_xml
 from mxbatch.errors import BackendUnavailable, CommandError, SubmissionRejected
-from mxbatch.spec import parse_options
 from mxbatch.status import NativeState
 
 SPEC = """\
@@ -52,7 +52,7 @@ exec /venv/bin/python /shared/runs/golden-00000001/runtime.pyz run /shared/runs/
 
 def golden_plan(tmp_path: Path):
     spec = specs.parse(SPEC, tmp_path / "golden.yaml")
-    backend = SgeBackend(parse_options(spec, "sge", SgeOptions))
+    backend = jobs.backend_for_spec(spec, "sge")
     plan = planning.make(spec, "sge", job_id="golden-00000001", created_at=0,
                          python="/venv/bin/python")
     return backend, plan

@@ -7,18 +7,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mxbatch import jobs
 from mxbatch import plan as planning
 from mxbatch import spec as specs
 from mxbatch.backends.batch import parse_job_id, role_groups
 from mxbatch.backends.slurm import (
     SBATCH_JOB_ID,
     SlurmBackend,
-    SlurmOptions,
     native_state,
     parse_squeue,
 )
 from mxbatch.errors import BackendUnavailable, CommandError, SubmissionRejected
-from mxbatch.spec import parse_options
 from mxbatch.status import NativeState
 
 SPEC = """\
@@ -59,7 +58,7 @@ exec /venv/bin/python /shared/runs/golden-00000001/runtime.pyz run /shared/runs/
 def golden(tmp_path: Path, extra: str = ""):
     text = SPEC.replace("extra: [--exclusive]}", "extra: [--exclusive]" + extra + "}")
     spec = specs.parse(text, tmp_path / "golden.yaml")
-    backend = SlurmBackend(parse_options(spec, "slurm", SlurmOptions))
+    backend = jobs.backend_for_spec(spec, "slurm")
     plan = planning.make(spec, "slurm", job_id="golden-00000001", created_at=0,
                          python="/venv/bin/python")
     return backend, plan

@@ -10,9 +10,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mxbatch import schema
 from mxbatch import spec as specs
+from mxbatch.backends.local import LocalOptions
 from mxbatch.errors import SpecError
-from mxbatch.spec import Role
+from mxbatch.runtime.roles import Role
 
 from .conftest import assert_no_processes
 
@@ -41,16 +43,16 @@ def test_good_spec_parses_with_defaults_and_overrides(tmp_path):
     assert spec.role(Role.SERVER).count == 3
     assert spec.role(Role.SCHEDULER).count == 1
     assert spec.role(Role.WORKER).command == ("python3", "train.py", "--kvstore", "dist_sync")
-    assert spec.role(Role.WORKER).resources == specs.Resources(cpus=4, memory_mib=2048, gpus=1,
+    assert spec.role(Role.WORKER).resources == schema.Resources(cpus=4, memory_mib=2048, gpus=1,
                                                                walltime_s=5400)
     assert spec.role(Role.SERVER).resources.cpus == 2
     assert spec.env == {"A": "1", "B": "two"}
     assert spec.role(Role.WORKER).env == {"W": "true"}
-    assert spec.network == specs.NetworkSpec(interface="lo", port_low=9100, port_high=9200)
+    assert spec.network == schema.NetworkSpec(interface="lo", port_low=9100, port_high=9200)
     assert spec.rendezvous.dir == (tmp_path / "runs").resolve()
     assert spec.rendezvous.startup_timeout_s == 20
     assert spec.workdir == tmp_path.resolve()
-    assert spec.backends == {"local": {"slots": 3}}
+    assert spec.backend_options == {"local": LocalOptions(slots=3)}
 
 
 def test_minimal_spec_defaults(tmp_path, home):
@@ -108,6 +110,22 @@ BAD_SPECS = [
      "backends.local.slot", "did you mean 'slots'"),
     ("container not yet", "command: x\ncontainer: {image: foo}\n", 2, "container",
      "not supported"),
+    ("bad sge submitter", "command: x\nbackends:\n  sge:\n    submitter: qsubb\n", 4,
+     "backends.sge.submitter", "expected one of auto, drmaa, qsub"),
+    ("bad slurm submitter", "command: x\nbackends:\n  slurm: {submitter: srun}\n", 3,
+     "backends.slurm.submitter", "expected one of auto, drmaa, sbatch"),
+    ("bad slurm gpu flag", "command: x\nbackends:\n  slurm: {gpu_flag: gpu}\n", 3,
+     "backends.slurm.gpu_flag", "expected one of gres, gpus"),
+    ("bad yarn timeout", "command: x\nbackends:\n  yarn: {connect_timeout: soon}\n", 3,
+     "backends.yarn.connect_timeout", "duration"),
+    ("infinite walltime", "command: x\nresources: {walltime: .inf}\n", 2, "resources.walltime",
+     "finite"),
+    ("nan walltime", "command: x\nroles:\n  worker: {resources: {walltime: .nan}}\n", 3,
+     "roles.worker.resources.walltime", "finite"),
+    ("infinite memory", "command: x\nresources: {memory: .inf}\n", 2, "resources.memory",
+     "finite"),
+    ("nan startup timeout", "command: x\nrendezvous: {startup_timeout: .nan}\n", 2,
+     "rendezvous.startup_timeout", "finite"),
 ]
 
 

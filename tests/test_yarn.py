@@ -10,6 +10,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import Dict
 
 import pytest
 
@@ -51,7 +52,7 @@ def spec_file(tmp_path: Path, options: str = "", *, name: str = "yarn-mlp",
 
 
 def app_id(cli: Cli, job: str) -> str:
-    return json.loads((cli.home / "jobs" / f"{job}.json").read_text())["native"]["app_id"]
+    return json.loads((cli.home / "jobs" / f"{job}.json").read_text())["handle"]["app_id"]
 
 
 def rm_app(cli: Cli, app: str) -> dict:
@@ -156,17 +157,37 @@ def test_yarn_refusals_exit_2_and_leave_nothing(yarn, tmp_path, change, words):
     assert yarn.run_dirs() == [] and not list((yarn.home / "jobs").glob("*.json"))
 
 
-def test_resourcemanager_unreachable_names_address_and_wait(yarn, tmp_path):
+def unreachable_conf(tmp_path: Path) -> Dict[str, str]:
+    """An environment whose Hadoop configuration names a ResourceManager nobody runs."""
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "yarn-site.xml").write_text(
         "<configuration><property><name>yarn.resourcemanager.address</name>"
         "<value>127.0.0.1:1</value></property></configuration>")
+    return {"YARN_CONF_DIR": str(conf), "HADOOP_CONF_DIR": str(conf)}
+
+
+def test_resourcemanager_unreachable_names_address_and_wait(yarn, tmp_path):
+    unreachable = unreachable_conf(tmp_path)
     spec = spec_file(tmp_path, "connect_timeout: 2s", name="yarn-no-rm")
     started = time.time()
-    result = yarn.run("submit", "--backend", "yarn", str(spec),
-                      env={"YARN_CONF_DIR": str(conf), "HADOOP_CONF_DIR": str(conf)})
+    result = yarn.run("submit", "--backend", "yarn", str(spec), env=unreachable)
     assert result.returncode == 3, result.stderr
     assert "ResourceManager unreachable: waited 2s for 127.0.0.1:1" in result.stderr
     assert time.time() - started < 15
     assert yarn.run_dirs() == []
+
+
+def test_later_commands_use_the_options_the_job_was_submitted_with(yarn, tmp_path):
+    """status and cancel in fresh processes rebuild the backend from the job record:
+    the non-default connect_timeout (3s, default 20s) is the one they wait."""
+    spec = spec_file(tmp_path, "connect_timeout: 3s", name="yarn-options")
+    job = yarn.submit(spec, "--backend", "yarn", env={"STEP_SLEEP": "0.05", "EPOCHS": "100"})
+    try:
+        status = yarn.run("status", job, env=unreachable_conf(tmp_path))
+        assert status.returncode == 3, status.stderr
+        assert "ResourceManager unreachable: waited 3s" in status.stderr
+    finally:
+        cancelled = yarn.run("cancel", job)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert_gone(yarn, job)

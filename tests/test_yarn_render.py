@@ -14,16 +14,27 @@ import pytest
 from mxbatch import jobs
 from mxbatch import plan as planning
 from mxbatch import spec as specs
-from mxbatch.backends import yarn_spec
-from mxbatch.backends.yarn import YarnBackend, native_states, settle
-from mxbatch.backends.yarn_app import AppReport, abort_from_report
-from mxbatch.backends.yarn_kv import abort_from_diagnostics, diagnostics_for
-from mxbatch.backends.yarn_logs import ContainerInfo, LogFollower, unwrap
+from mxbatch.backends.yarn import appspec as yarn_spec
+from mxbatch.backends.yarn.app import AppReport, abort_from_report
+from mxbatch.backends.yarn.backend import YarnHandle, native_states, settle
+from mxbatch.backends.yarn.kv import abort_from_diagnostics, diagnostics_for
+from mxbatch.backends.yarn.logs import ContainerInfo, LogFollower, unwrap
+from mxbatch.backends.yarn.states import AppState, ContainerState, FinalStatus
 from mxbatch.errors import SpecError
 from mxbatch.runtime.kvrendezvous import KeyValueRendezvous, KeyValueStore
-from mxbatch.runtime.states import AbortKind, AbortRecord, TaskRecord, TaskState
-from mxbatch.spec import parse_options
+from mxbatch.runtime.layout import RunLayout
+from mxbatch.runtime.roles import Role
+from mxbatch.runtime.states import (
+    AbortKind,
+    AbortRecord,
+    SchedulerRecord,
+    TaskRecord,
+    TaskState,
+)
+from mxbatch.schema import ContainerRuntime, ContainerSpec
 from mxbatch.status import NativeState
+
+SCHEDULER, SERVER, WORKER = Role.SCHEDULER, Role.SERVER, Role.WORKER
 
 SPEC = """\
 name: golden
@@ -97,7 +108,7 @@ GOLDEN_WORKER = """\
 
 def golden(tmp_path: Path, text: str = SPEC):
     spec = specs.parse(text, tmp_path / "golden.yaml")
-    backend = YarnBackend(parse_options(spec, "yarn", yarn_spec.YarnOptions))
+    backend = jobs.backend_for_spec(spec, "yarn")
     plan = planning.make(spec, "yarn", job_id="golden-00000001", created_at=0,
                          python="/venv/bin/python")
     return backend, plan
@@ -134,9 +145,8 @@ def test_containers_see_paths_relative_to_their_directory(tmp_path):
     assert (shipped.run_dir, shipped.workdir) == (".", "workdir")
     in_place = yarn_spec.container_plan(plan.run, ship_workdir=False)
     assert in_place.workdir == str(tmp_path)
-    options = parse_options(specs.parse(SPEC.replace("tags: [Team-A]", "ship_workdir: false"),
-                                        tmp_path / "golden.yaml"), "yarn",
-                            yarn_spec.YarnOptions)
+    options = specs.parse(SPEC.replace("tags: [Team-A]", "ship_workdir: false"),
+                          tmp_path / "golden.yaml").backend_options["yarn"]
     assert "workdir" not in yarn_spec.application_spec(plan, options)["services"]["worker"][
         "files"]
 
@@ -191,8 +201,8 @@ def test_env_file_survives_any_value_through_bash(tmp_path):
 
 
 def test_docker_runtime_environment():
-    container = specs.ContainerSpec(
-        runtime="docker", image="img:1", mounts=("/a:/a", "/b:/c:ro"),
+    container = ContainerSpec(
+        runtime=ContainerRuntime.DOCKER, image="img:1", mounts=("/a:/a", "/b:/c:ro"),
         options=("YARN_CONTAINER_RUNTIME_DOCKER_RUN_PRIVILEGED_CONTAINER=true",))
     assert yarn_spec.docker_environment(container) == {
         "YARN_CONTAINER_RUNTIME_TYPE": "docker",
@@ -249,11 +259,11 @@ def test_key_value_rendezvous_round_trips_and_first_abort_wins():
     store = DictStore()
     rdv = KeyValueRendezvous(store)
     assert rdv.read_scheduler() is None and rdv.read_tasks() == {} and rdv.read_abort() is None
-    rdv.publish_scheduler({"ip": "127.0.0.1", "port": 9000})
-    assert rdv.read_scheduler()["port"] == 9000
-    rdv.write_task(TaskRecord(role="worker", rank=1, state=TaskState.RUNNING, heartbeat=3))
+    rdv.publish_scheduler(SchedulerRecord(job_id="j", ip="127.0.0.1", port=9000))
+    assert rdv.read_scheduler().port == 9000
+    rdv.write_task(TaskRecord(role=WORKER, rank=1, state=TaskState.RUNNING, heartbeat=3))
     store.put("task/junk", b"{not json")
-    assert rdv.read_tasks()[("worker", 1)].heartbeat == 3
+    assert rdv.read_tasks()[(WORKER, 1)].heartbeat == 3
     first = AbortRecord(kind=AbortKind.FAILED, reason="worker[1] exited with code 1")
     assert rdv.write_abort(first) is True
     assert rdv.write_abort(AbortRecord(kind=AbortKind.CANCELLED, reason="later")) is False
@@ -264,18 +274,28 @@ def test_key_value_rendezvous_round_trips_and_first_abort_wins():
 
 def test_abort_travels_in_yarn_diagnostics():
     abort = AbortRecord(kind=AbortKind.FAILED, reason="worker[0] exited with code 1",
-                        role="worker", rank=0, exit_code=1, at=5.0)
+                        role=WORKER, rank=0, exit_code=1, at=5.0)
     text = "Shutdown by user: " + diagnostics_for(abort.to_dict()) + "\nmore words"
     assert abort_from_diagnostics(text) == abort.to_dict()
     assert abort_from_diagnostics("Failure in service worker, see logs") is None
-    report = AppReport(state="FINISHED", final_status="FAILED", diagnostics=text)
+    report = AppReport(state=AppState.FINISHED, final_status=FinalStatus.FAILED,
+                       diagnostics=text)
     assert abort_from_report(report).exit_code == 1
-    plain = abort_from_report(AppReport("FINISHED", "FAILED", "Failure in container "
-                                        "allocator:\nInvalid resource request!"))
+    plain = abort_from_report(AppReport(AppState.FINISHED, FinalStatus.FAILED,
+                                        "Failure in container allocator:\n"
+                                        "Invalid resource request!"))
     assert plain.kind is AbortKind.FAILED
     assert plain.reason == "YARN application FAILED: Failure in container allocator:"
-    assert abort_from_report(AppReport("KILLED", "KILLED", "")).kind is AbortKind.CANCELLED
-    assert abort_from_report(AppReport("FINISHED", "SUCCEEDED")) is None
+    killed = AppReport(AppState.KILLED, FinalStatus.KILLED, "")
+    assert abort_from_report(killed).kind is AbortKind.CANCELLED
+    assert abort_from_report(AppReport(AppState.FINISHED, FinalStatus.SUCCEEDED)) is None
+
+
+def test_state_enums_mirror_skeins():
+    model = pytest.importorskip("skein.model")
+    for ours, theirs in ((AppState, model.ApplicationState), (FinalStatus, model.FinalStatus),
+                         (ContainerState, model.ContainerState)):
+        assert {m.value for m in ours} == {str(m) for m in theirs}
 
 
 # ------------------------------------------------------------------ status rules
@@ -283,14 +303,14 @@ def test_abort_travels_in_yarn_diagnostics():
 
 def test_native_states_follow_the_containers(tmp_path):
     _, plan = golden(tmp_path)
-    containers = {("scheduler", 0): "RUNNING", ("server", 0): "SUCCEEDED",
-                  ("worker", 0): "REQUESTED"}
-    native = native_states(plan.run, "RUNNING", containers)
-    assert native[("scheduler", 0)] is NativeState.ACTIVE
-    assert native[("server", 0)] is NativeState.GONE
-    assert native[("worker", 0)] is NativeState.QUEUED
-    assert native[("worker", 2)] is NativeState.QUEUED  # no container yet
-    assert set(native_states(plan.run, "ACCEPTED", containers).values()) == {
+    containers = {(SCHEDULER, 0): ContainerState.RUNNING, (SERVER, 0): ContainerState.SUCCEEDED,
+                  (WORKER, 0): ContainerState.REQUESTED}
+    native = native_states(plan.run, AppState.RUNNING, containers)
+    assert native[(SCHEDULER, 0)] is NativeState.ACTIVE
+    assert native[(SERVER, 0)] is NativeState.GONE
+    assert native[(WORKER, 0)] is NativeState.QUEUED
+    assert native[(WORKER, 2)] is NativeState.QUEUED  # no container yet
+    assert set(native_states(plan.run, AppState.ACCEPTED, containers).values()) == {
         NativeState.QUEUED}
 
 
@@ -298,16 +318,16 @@ def test_settle_after_the_application_ended(tmp_path):
     _, plan = golden(tmp_path)
     running = {(t.role, t.rank): TaskRecord(role=t.role, rank=t.rank, state=TaskState.RUNNING)
                for t in plan.run.tasks}
-    done = settle(plan.run, running, "SUCCEEDED")
+    done = settle(plan.run, running, FinalStatus.SUCCEEDED)
     assert {r.state for r in done.values()} == {TaskState.SUCCEEDED}
-    assert settle(plan.run, {}, "SUCCEEDED")[("worker", 2)].state is TaskState.SUCCEEDED
+    assert settle(plan.run, {}, FinalStatus.SUCCEEDED)[(WORKER, 2)].state is TaskState.SUCCEEDED
     abort = AbortRecord(kind=AbortKind.FAILED, reason="worker[1] exited with code 3",
-                        role="worker", rank=1, exit_code=3)
-    failed = settle(plan.run, running, "FAILED", abort)
-    assert failed[("worker", 1)].state is TaskState.FAILED
-    assert failed[("worker", 1)].exit_code == 3
-    assert failed[("worker", 0)].state is TaskState.CANCELLED
-    assert ("worker", 0) not in settle(plan.run, {}, "FAILED", abort)
+                        role=WORKER, rank=1, exit_code=3)
+    failed = settle(plan.run, running, FinalStatus.FAILED, abort)
+    assert failed[(WORKER, 1)].state is TaskState.FAILED
+    assert failed[(WORKER, 1)].exit_code == 3
+    assert failed[(WORKER, 0)].state is TaskState.CANCELLED
+    assert (WORKER, 0) not in settle(plan.run, {}, FinalStatus.FAILED, abort)
 
 
 # ------------------------------------------------------------------ logs
@@ -331,7 +351,7 @@ def test_nodemanager_log_answer_is_unwrapped():
 def test_log_follower_fetches_at_most_once_a_second(monkeypatch):
     fetched = []
     clock = [100.0]
-    monkeypatch.setattr("mxbatch.backends.yarn_logs.fetch",
+    monkeypatch.setattr("mxbatch.backends.yarn.logs.fetch",
                         lambda container, name: fetched.append(name) or b"abcdef")
     follower = LogFollower(lambda: ContainerInfo("c", "n:1"), "worker-0.log",
                            clock=lambda: clock[0])
@@ -346,17 +366,17 @@ def test_log_follower_fetches_at_most_once_a_second(monkeypatch):
 
 def test_status_of_a_finished_job_needs_no_driver(home, tmp_path):
     backend, plan = golden(tmp_path, "command: x\nrendezvous: {dir: %s}\n" % (tmp_path / "r"))
-    run_dir = plan.run_dir
-    (run_dir / "yarn").mkdir(parents=True)
-    (run_dir / "plan.json").write_text(plan.run.to_json())
+    layout = RunLayout(plan.run.run_dir)
+    Path(layout.backend_dir(yarn_spec.STATE_DIR)).mkdir(parents=True)
+    Path(layout.plan).write_text(plan.run.to_json())
     abort = AbortRecord(kind=AbortKind.CANCELLED, reason="cancelled by the user")
-    (run_dir / "yarn" / "report.json").write_text(json.dumps(
+    Path(layout.backend_file(yarn_spec.STATE_DIR, "report.json")).write_text(json.dumps(
         {"state": "FINISHED", "final_status": "KILLED",
          "diagnostics": diagnostics_for(abort.to_dict())}))
     from mxbatch.records import JobRecord
 
-    record = JobRecord(job_id=plan.job_id, backend="yarn", run_dir=str(run_dir),
-                       native={"app_id": "application_1_0001"})
+    record = JobRecord(job_id=plan.job_id, backend="yarn", run_dir=layout.root,
+                       handle=YarnHandle(app_id="application_1_0001").to_dict())
     backend._job(record).driver = lambda: pytest.fail("the driver was asked")
     status = backend.status(record)
     assert status.state.value == "CANCELLED" and status.terminal

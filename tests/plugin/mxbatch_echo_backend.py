@@ -1,0 +1,42 @@
+"""A tiny third-party backend, as a plugin would ship it (tests only).
+
+``echo`` is the local backend under another name with a ``backends.echo:`` block
+of its own: ``greeting`` goes into every task's environment as
+``ECHO_GREETING`` and prefixes every line ``mxbatch logs`` prints, so a test can
+see that the options reach render, and that a later process rebuilds the
+backend with the options the job was submitted with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator, Optional
+
+from mxbatch.backends.local import LocalBackend, LocalRequest
+from mxbatch.plan import JobPlan
+from mxbatch.records import JobRecord
+from mxbatch.runtime.roles import Role
+from mxbatch.typed import option
+
+
+@dataclasses.dataclass(frozen=True)
+class EchoOptions:
+    """``backends.echo``."""
+
+    greeting: str = option("hello", "put into every task's environment as ECHO_GREETING")
+    slots: Optional[int] = option(None, "at most this many tasks run at once")
+
+
+class EchoBackend(LocalBackend):
+    name = "echo"
+    options_class = EchoOptions
+
+    def render(self, plan: JobPlan) -> LocalRequest:
+        tasks = [dataclasses.replace(t, env=dict(t.env, ECHO_GREETING=self.options.greeting))
+                 for t in plan.run.tasks]
+        plan = dataclasses.replace(plan, run=dataclasses.replace(plan.run, tasks=tasks))
+        return super().render(plan)
+
+    def logs(self, record: JobRecord, role: Role, rank: int) -> Iterator[str]:
+        for line in super().logs(record, role, rank):
+            yield f"[{self.options.greeting}] {line}"

@@ -1,0 +1,73 @@
+"""A backend from the ``mxbatch.backends`` entry point: found, its own options block
+validated by its options class, a job run through it, and a later process using the
+options the job was submitted with."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import FAKEROLE, Cli
+
+PLUGIN_SOURCE = Path(__file__).resolve().parent / "plugin"
+
+
+@pytest.fixture
+def plugin_cli(home, tmp_path) -> Cli:
+    """The CLI with the plugin installed: its module on the path and a distribution's
+    metadata declaring the entry point, as ``pip install`` would leave them."""
+    site = tmp_path / "site"
+    info = site / "mxbatch_echo_backend-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mxbatch-echo-backend\n"
+                                   "Version: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[mxbatch.backends]\necho = mxbatch_echo_backend:EchoBackend\n")
+    paths = [str(site), str(PLUGIN_SOURCE), os.environ.get("PYTHONPATH", "")]
+    return Cli(home, dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p)))
+
+
+def spec(tmp_path: Path, options: str) -> Path:
+    role = json.dumps([sys.executable, str(FAKEROLE)])
+    path = tmp_path / "job.yaml"
+    path.write_text(f"command: {role}\nworkdir: {tmp_path}\n"
+                    f"env: {{FAKE_OUT: '{tmp_path}'}}\n"
+                    f"rendezvous: {{grace: 1s}}\nbackends:\n  echo: {options}\n")
+    return path
+
+
+def test_plugin_backend_runs_a_job_with_its_own_options(plugin_cli, tmp_path):
+    path = spec(tmp_path, "{greeting: bonjour, slots: 3}")
+    rendered = plugin_cli.run("render", "--backend", "echo", str(path))
+    assert rendered.returncode == 0, rendered.stderr
+    assert "ECHO_GREETING=bonjour" in rendered.stdout and "--slots 3" in rendered.stdout
+    result = plugin_cli.run("submit", "--wait", "--backend", "echo", str(path))
+    assert result.returncode == 0, result.stderr
+    job = result.stdout.split()[0]
+    seen = json.loads((tmp_path / "0.json").read_text())["env"]
+    assert seen["ECHO_GREETING"] == "bonjour"
+    # a fresh process rebuilds the backend with the options it was submitted with
+    logs = plugin_cli.run("logs", job, "--role", "worker", "--rank", "0")
+    assert logs.returncode == 0 and logs.stdout.startswith("[bonjour] "), logs.stdout
+    assert plugin_cli.status(job)["backend"] == "echo"
+
+
+def test_plugin_options_are_validated_like_the_spec(plugin_cli, tmp_path):
+    path = spec(tmp_path, "{greting: bonjour}")
+    result = plugin_cli.run("submit", "--backend", "echo", str(path))
+    assert result.returncode == 2
+    assert f"{path}:6: backends.echo.greting: unknown key (did you mean 'greeting'?)" \
+        in result.stderr
+    assert plugin_cli.run_dirs() == []
+    help_text = plugin_cli.run("render", "--help").stdout
+    assert "backends.echo:" in help_text and "ECHO_GREETING" in help_text
+
+
+def test_without_the_plugin_its_block_is_an_unknown_backend(cli, tmp_path):
+    path = spec(tmp_path, "{greeting: bonjour}")
+    result = cli.run("render", str(path))
+    assert result.returncode == 2 and "backends.echo: unknown backend" in result.stderr
