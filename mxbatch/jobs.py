@@ -35,7 +35,8 @@ def prepare(spec: JobSpec, backend_name: str, *, workers: Optional[int] = None,
     spec = with_counts(spec, workers=workers, servers=servers)
     backend = backend_for_spec(spec, backend_name)
     backend.check_container(spec)
-    job_plan = planning.make(spec, backend_name, loopback_only=backend.loopback_only)
+    job_plan = planning.make(spec, backend_name, loopback_only=backend.loopback_only,
+                             abort_poll_s=backend.abort_poll_s)
     backend.check(job_plan)
     if for_submit:
         backend.check_environment()

@@ -48,8 +48,10 @@ def new_job_id(name: str) -> str:
 
 def make(spec: JobSpec, backend: str, *, job_id: Optional[str] = None,
          created_at: Optional[float] = None, python: Optional[str] = None,
-         loopback_only: bool = False) -> JobPlan:
-    """Plan ``spec`` for ``backend``. ``loopback_only``: every task runs on this host."""
+         loopback_only: bool = False, abort_poll_s: float = 1.0) -> JobPlan:
+    """Plan ``spec`` for ``backend``. ``loopback_only``: every task runs on this host;
+    ``abort_poll_s``: how often supervisors look for the abort record (often on one
+    machine, about once a second on shared storage)."""
     job_id = job_id or new_job_id(spec.name)
     counts = {role: spec.role(role).count for role in Role}
     tasks: List[TaskInfo] = []
@@ -71,6 +73,8 @@ def make(spec: JobSpec, backend: str, *, job_id: Optional[str] = None,
         startup_timeout_s=spec.rendezvous.startup_timeout_s,
         grace_s=spec.rendezvous.grace_s,
         heartbeat_timeout_s=spec.rendezvous.heartbeat_timeout_s,
+        stall_timeout_s=spec.rendezvous.stall_timeout_s,
+        abort_poll_s=abort_poll_s,
         submit_path=os.environ.get("PATH") if spec.inherit_env else None,
         core_dumps=spec.core_dumps,
         tasks=tasks,

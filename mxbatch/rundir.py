@@ -2,8 +2,9 @@
 
 ``check_writable`` runs before anything is created so a bad ``rendezvous.dir``
 fails with nothing half-done; ``create`` makes the directory (mode 0700) with
-``plan.json``, ``runtime.pyz``, the exception hook and empty ``tasks/`` and
-``logs/``.
+``plan.json``, ``runtime.pyz``, the exception hook, ``logs/``, and every record
+file the tasks will look for (``FileRendezvous.prepare``: a task never looks for a
+file that does not exist yet, which an NFS client would cache as missing).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .errors import SpecError
 from .plan import JobPlan
 from .runtime import pyhook
 from .runtime.layout import RunLayout
+from .runtime.rendezvous import FileRendezvous
 
 
 def check_writable(plan: JobPlan) -> None:
@@ -44,4 +46,5 @@ def create(plan: JobPlan) -> RunLayout:
     Path(layout.plan).write_text(plan.run.to_json())
     bundle.write_runtime(Path(layout.runtime))
     pyhook.install(layout.pyhook_dir)
+    FileRendezvous(layout.root).prepare(plan.run)
     return layout

@@ -59,6 +59,8 @@ class RendezvousSpec:
     startup_timeout_s: float = 600.0
     grace_s: float = 30.0
     heartbeat_timeout_s: float = 30.0
+    #: a stopped role, or a worker without CPU or output, this long fails the job
+    stall_timeout_s: Optional[float] = 1800.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -291,7 +291,11 @@ def _rendezvous(value: Any, key_path: KeyPath, locations: Locations,
         grace_s=section.take("grace", duration, defaults.grace_s),
         heartbeat_timeout_s=section.take("heartbeat_timeout", duration,
                                          defaults.heartbeat_timeout_s),
+        stall_timeout_s=(None if "stall_timeout" in section.data
+                         and section.data["stall_timeout"] is None
+                         else section.take("stall_timeout", duration, defaults.stall_timeout_s)),
     )
+    section.known.append("stall_timeout")
     section.finish()
     return result
 

@@ -11,11 +11,11 @@ import dataclasses
 import enum
 from typing import Any, Dict, List, Mapping, Optional
 
-from .runtime.peers import workers_succeeded
 from .runtime.planfile import RunPlan
 from .runtime.rendezvous import TaskKey
 from .runtime.roles import Role
 from .runtime.states import AbortKind, AbortRecord, TaskRecord, TaskState
+from .runtime.watch import workers_succeeded
 from .typed import to_data
 
 

@@ -292,7 +292,8 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
         run = load_run_plan(record)
         rdv = FileRendezvous(record.run_dir)
         native, ids = self.native_states(self.handle_of(record), run)
-        return merge(run, self.name, rdv.read_tasks(), rdv.read_abort(), native, ids)
+        return merge(run, self.name, rdv.read_tasks(run.task_keys()), rdv.read_abort(), native,
+                     ids)
 
     def await_stopped(self, record: JobRecord, handle: HandleT, run: RunPlan) -> None:
         """Running supervisors stop their roles themselves (SIGTERM, then SIGKILL)."""

@@ -1,16 +1,18 @@
 """Entry point of the runtime zipapp.
 
     python3 runtime.pyz run RUN_DIR [--task N | --task-from VAR | --role ROLE
-                                     [--array-base B]]        supervise one task
-    python3 runtime.pyz manage RUN_DIR [--slots N]             local backend's job manager
+                                     [--array-base B]] [--kv-store MODULE:FACTORY]
+        supervise one task (a batch array task, a YARN container, an MPI rank)
+    python3 runtime.pyz agent RUN_DIR [--tasks all|I,J,...] [--slots N] [--cancel-on-signal]
+        supervise several tasks in one process (the local backend's job, an ssh host)
 
-Exit status: 0 when the task (or, for ``manage``, the manager) succeeded,
-1 when it failed or was stopped, 2 for a usage or identity error.
+Exit status: 0 when every task supervised succeeded, 1 when one failed or was
+stopped, 2 for a usage or identity error.
 
-``run ... --kv-store MODULE:FACTORY`` keeps the rendezvous in a key-value store
+``--kv-store MODULE:FACTORY`` keeps the rendezvous in a key-value store
 (``kvrendezvous``) instead of files in RUN_DIR: ``MODULE`` is imported with
 importlib (it may need more than the standard library, e.g. skein on YARN) and
-``FACTORY(plan)`` returns the store; its ``close`` runs when the task has ended.
+``FACTORY(plan)`` returns the store.
 
 A relative ``run_dir`` or ``workdir`` in ``plan.json`` is taken relative to
 RUN_DIR, so one plan file works wherever a launcher unpacks it (YARN
@@ -24,13 +26,12 @@ import os
 import sys
 from typing import List, Optional
 
+from .agent import Agent
 from .kvrendezvous import KeyValueRendezvous
 from .layout import RunLayout
-from .manager import LocalManager
-from .planfile import RunPlan
-from .rendezvous import FileRendezvous, Rendezvous
+from .planfile import RunPlan, TaskInfo
+from .rendezvous import FileRendezvous
 from .roles import Role
-from .supervisor import Supervisor
 from .task import TaskIdentityError, resolve
 
 
@@ -51,7 +52,17 @@ def _kv_rendezvous(target: str, plan: RunPlan) -> KeyValueRendezvous:
     return KeyValueRendezvous(factory(plan))
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def _select(plan: RunPlan, spec: str) -> List[TaskInfo]:
+    """``all`` or comma-separated task indexes."""
+    if spec == "all":
+        return list(plan.tasks)
+    indexes = [int(i) for i in spec.split(",")]
+    if any(not 0 <= i < len(plan.tasks) for i in indexes):
+        raise ValueError("task index out of range 0-%d: %s" % (len(plan.tasks) - 1, spec))
+    return [plan.tasks[i] for i in indexes]
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mxbatch-runtime")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="supervise one task")
@@ -64,34 +75,44 @@ def main(argv: Optional[List[str]] = None) -> int:
                      help="read the task index from this environment variable")
     run.add_argument("--array-base", type=int, default=None,
                      help="first array index of the batch system's array (default: its own)")
-    manage = commands.add_parser("manage", help="run a local job's tasks")
-    manage.add_argument("run_dir")
-    manage.add_argument("--slots", type=int, default=None)
-    args = parser.parse_args(argv)
+    agent = commands.add_parser("agent", help="supervise several tasks in one process")
+    agent.add_argument("run_dir")
+    agent.add_argument("--tasks", default="all", help="all, or task indexes I,J,...")
+    agent.add_argument("--slots", type=int, default=None,
+                       help="run at most this many tasks at once (the rest queue)")
+    agent.add_argument("--cancel-on-signal", action="store_true",
+                       help="a signal to the agent cancels the job (it stands for the user)")
+    return parser
 
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
     run_dir = os.path.abspath(args.run_dir)
     try:
         plan = _load_plan(run_dir)
-    except (OSError, ValueError, TypeError) as exc:
-        sys.stderr.write("mxbatch runtime: cannot read %s/plan.json: %s\n" % (run_dir, exc))
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        sys.stderr.write("mxbatch runtime: cannot read %s: %s\n" % (RunLayout(run_dir).plan, exc))
         return 2
-    rendezvous: Rendezvous = FileRendezvous(run_dir)
-    if args.command == "manage":
-        return LocalManager(plan, rendezvous, args.slots).run()
+    rendezvous = FileRendezvous(run_dir)  # type: Rendezvous
     try:
-        task = resolve(plan, os.environ, index=args.task, role=args.role,
-                       index_variable=args.task_from, array_base=args.array_base)
-    except TaskIdentityError as exc:
+        if args.command == "agent":
+            tasks = _select(plan, args.tasks)
+        else:
+            tasks = [resolve(plan, os.environ, index=args.task, role=args.role,
+                             index_variable=args.task_from, array_base=args.array_base)]
+    except (TaskIdentityError, ValueError) as exc:
         sys.stderr.write("mxbatch runtime: %s\n" % exc)
         return 2
-    if args.kv_store:
+    if args.command == "run" and args.kv_store:
         try:
             rendezvous = _kv_rendezvous(args.kv_store, plan)
         except Exception as exc:  # any import or connection failure
             sys.stderr.write("mxbatch runtime: --kv-store %s: %s: %s\n"
                              % (args.kv_store, type(exc).__name__, exc))
             return 2
-    code = Supervisor(plan, task, rendezvous).run()
+    agent = Agent(plan, tasks, rendezvous, slots=getattr(args, "slots", None),
+                  signals_cancel=getattr(args, "cancel_on_signal", False))
+    code = agent.run()
     rendezvous.close(code)
     return code
 

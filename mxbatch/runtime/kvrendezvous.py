@@ -11,7 +11,8 @@ Keys and values (JSON, UTF-8, sorted keys), the same for every store:
   or nothing);
 - ``task/<role>-<rank>``: each supervisor's ``TaskRecord`` (with heartbeat);
 - ``abort``: the first ``AbortRecord``; ``put_new`` only creates it, so the
-  first writer wins, as with ``abort.json``.
+  first writer wins, as with ``abort.json``;
+- ``digest``: the watcher's ``DigestRecord``.
 
 The store is duck-typed: a store class from another copy of this module (the
 CLI's ``mxbatch.runtime`` versus the zipapp's ``mxbatch_runtime``) works too.
@@ -19,14 +20,22 @@ CLI's ``mxbatch.runtime`` versus the zipapp's ``mxbatch_runtime``) works too.
 
 import json
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, Optional
 
 from .rendezvous import Rendezvous, TaskKey
-from .states import AbortRecord, SchedulerRecord, TaskRecord, collect_task_records
+from .roles import Role
+from .states import (
+    AbortRecord,
+    DigestRecord,
+    SchedulerRecord,
+    TaskRecord,
+    collect_task_records,
+)
 
 SCHEDULER_KEY = "scheduler"
 TASK_PREFIX = "task/"
 ABORT_KEY = "abort"
+DIGEST_KEY = "digest"
 
 
 class KeyValueStore:
@@ -86,9 +95,15 @@ class KeyValueRendezvous(Rendezvous):
     def write_task(self, record: TaskRecord) -> None:
         self.store.put(task_key(record.role.value, record.rank), encode(record.to_dict()))
 
-    def read_tasks(self) -> Dict[TaskKey, TaskRecord]:
-        return collect_task_records(decode(value)
-                                    for value in self.store.get_prefix(TASK_PREFIX).values())
+    def read_task(self, role: Role, rank: int) -> Optional[TaskRecord]:
+        return TaskRecord.parse(decode(self.store.get(task_key(role.value, rank))))
+
+    def read_tasks(self, keys: Iterable[TaskKey]) -> Dict[TaskKey, TaskRecord]:
+        """One request for all of them (the store answers a prefix at once)."""
+        wanted = set(keys)
+        records = collect_task_records(
+            decode(value) for value in self.store.get_prefix(TASK_PREFIX).values())
+        return {key: record for key, record in records.items() if key in wanted}
 
     def write_abort(self, record: AbortRecord) -> bool:
         if not record.at:
@@ -97,6 +112,12 @@ class KeyValueRendezvous(Rendezvous):
 
     def read_abort(self) -> Optional[AbortRecord]:
         return AbortRecord.parse(decode(self.store.get(ABORT_KEY)))
+
+    def publish_digest(self, record: DigestRecord) -> None:
+        self.store.put(DIGEST_KEY, encode(record.to_dict()))
+
+    def read_digest(self) -> Optional[DigestRecord]:
+        return DigestRecord.parse(decode(self.store.get(DIGEST_KEY)))
 
     def close(self, exit_status: int) -> None:
         """Tell the store this task has ended (see ``KeyValueStore.close``)."""

@@ -5,7 +5,9 @@
 - ``plan.json``: the ``RunPlan`` every task reads;
 - ``runtime.pyz``: this package as a zipapp;
 - ``pyhook/sitecustomize.py``: the exception hook put on every role's PYTHONPATH;
-- ``scheduler.json``: the ``SchedulerRecord``; ``abort.json``: the ``AbortRecord``;
+- ``scheduler.json``: the ``SchedulerRecord``; ``abort.json``: the ``AbortRecord``
+  (``abort.lock``: the same record, the first writer's); ``digest.json``: the
+  ``DigestRecord`` of the job's watcher;
 - ``tasks/<role>-<rank>.json``: one ``TaskRecord`` per task;
 - ``logs/<role>-<rank>.log``: the role's stdout and stderr plus supervisor notes;
   ``logs/<role>-<rank>.out``: the supervisor's own output; ``logs/manager.log``;
@@ -22,6 +24,8 @@ PLAN = "plan.json"
 RUNTIME = "runtime.pyz"
 SCHEDULER = "scheduler.json"
 ABORT = "abort.json"
+ABORT_LOCK = "abort.lock"
+DIGEST = "digest.json"
 TASKS = "tasks"
 LOGS = "logs"
 PYHOOK = "pyhook"
@@ -70,6 +74,14 @@ class RunLayout:
     @property
     def abort(self) -> str:
         return self._path(ABORT)
+
+    @property
+    def abort_lock(self) -> str:
+        return self._path(ABORT_LOCK)
+
+    @property
+    def digest(self) -> str:
+        return self._path(DIGEST)
 
     @property
     def tasks_dir(self) -> str:

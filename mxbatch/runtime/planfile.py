@@ -7,7 +7,7 @@ get it from the process that starts them (the batch system's ``-V``/``ALL``).
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .layout import RunLayout, task_name
 from .roles import Role
@@ -55,6 +55,12 @@ class RunPlan:
     startup_timeout_s: float = 600.0
     grace_s: float = 30.0
     heartbeat_timeout_s: float = 30.0
+    # a role stopped, or a worker without CPU or output, this long fails the job
+    # (None: never)
+    stall_timeout_s: Optional[float] = 1800.0
+    # how often supervisors look for the abort record: often on one machine, about
+    # once a second on shared storage
+    abort_poll_s: float = 1.0
     # The submitter's PATH, restored in tasks that inherit the environment: some
     # execds (SGE here) replace PATH even with qsub -V, and then `python3` is not
     # the submitter's (venv) Python.
@@ -71,6 +77,10 @@ class RunPlan:
     @property
     def startup_deadline(self) -> float:
         return self.created_at + self.startup_timeout_s
+
+    def task_keys(self) -> List[Tuple[Role, int]]:
+        """(role, rank) of every task, in task order."""
+        return [(t.role, t.rank) for t in self.tasks]
 
     def tasks_of(self, role: Role) -> List[TaskInfo]:
         return [t for t in self.tasks if t.role == role]

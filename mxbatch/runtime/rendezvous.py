@@ -1,19 +1,30 @@
 """How tasks of one job find each other and share state.
 
-``Rendezvous`` is the interface; ``FileRendezvous`` implements it on a run
-directory on shared storage (paths from ``RunLayout``):
+``Rendezvous`` is the interface. ``FileRendezvous`` implements it on a run
+directory on shared storage (paths from ``RunLayout``), correct under the caches of
+an NFS client, whose lookups (negative ones too), attributes and directory listings
+may be stale for a minute, and whose only promise is close-to-open consistency (an
+``open`` sees the file as last closed by its writer):
 
-- ``scheduler.json``: the ``SchedulerRecord``, by write-temp + fsync + rename;
-- ``tasks/<role>-<rank>.json``: each supervisor's ``TaskRecord`` (with heartbeat);
-- ``abort.json``: the first ``AbortRecord`` wins (hard link of a finished temp
-  file, which fails if the name exists, also on NFS).
+- every name a reader looks for exists before any task runs (``prepare``, by the
+  CLI): ``scheduler.json``, ``digest.json`` and ``abort.json`` hold ``{}`` until
+  published, ``tasks/<role>-<rank>.json`` a PENDING record; so no reader ever caches
+  a negative lookup, and no reader lists a directory;
+- a record is replaced by write-temp + fsync + rename, and read by open + read:
+  close-to-open shows the new file; a missing, partial or unreadable file reads as
+  "not there yet";
+- the first abort wins: its record is hard-linked to ``abort.lock`` (a link fails
+  when the name exists, on NFS too, whatever the client cached), then renamed over
+  ``abort.json``; a loser republishes the winner's record if ``abort.json`` does not
+  show it yet (the winner may have died in between).
 
-Readers always open+read (never stat first: NFS caches negative lookups) and
-treat a missing or half-written file as "not there yet".
+``ops`` counts the file operations (opens, renames, links, unlinks) a
+``FileRendezvous`` made, for the benchmarks: the protocol costs O(1) per task and
+second, whatever the job's size (see ``agent``).
 
 ``MirroredRendezvous`` is the CLI's view of a rendezvous that lives elsewhere
-(YARN's key-value store) and ends with the job: every read and write also goes
-to a ``FileRendezvous`` mirror, which answers alone once the live one is gone.
+(YARN's key-value store) and ends with the job: every read and write also goes to a
+``FileRendezvous`` mirror, which answers alone once the live one is gone.
 """
 
 import abc
@@ -22,17 +33,27 @@ import os
 import random
 import socket
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
 from .layout import RunLayout
+from .planfile import RunPlan
 from .roles import Role
-from .states import AbortRecord, SchedulerRecord, TaskRecord, collect_task_records
+from .states import (
+    AbortRecord,
+    DigestRecord,
+    SchedulerRecord,
+    TaskRecord,
+    TaskState,
+)
 
 TaskKey = Tuple[Role, int]
 
 
 class Rendezvous(abc.ABC):
     """Shared state of one job. Every method is safe to call from any task."""
+
+    def prepare(self, plan: RunPlan) -> None:  # noqa: B027 - optional hook
+        """Create, before any task runs, what readers will look for. Default: nothing."""
 
     @abc.abstractmethod
     def publish_scheduler(self, record: SchedulerRecord) -> None:
@@ -47,8 +68,17 @@ class Rendezvous(abc.ABC):
         """Replace this task's record, atomically."""
 
     @abc.abstractmethod
-    def read_tasks(self) -> Dict[TaskKey, TaskRecord]:
-        """Every task record written so far, by (role, rank)."""
+    def read_task(self, role: Role, rank: int) -> Optional[TaskRecord]:
+        """One task's record, or None if it has none yet."""
+
+    def read_tasks(self, keys: Iterable[TaskKey]) -> Dict[TaskKey, TaskRecord]:
+        """The records of these tasks (those that have one), by (role, rank)."""
+        records = {}
+        for role, rank in keys:
+            record = self.read_task(role, rank)
+            if record is not None:
+                records[(role, rank)] = record
+        return records
 
     @abc.abstractmethod
     def write_abort(self, record: AbortRecord) -> bool:
@@ -57,6 +87,14 @@ class Rendezvous(abc.ABC):
     @abc.abstractmethod
     def read_abort(self) -> Optional[AbortRecord]:
         """The abort record, if any."""
+
+    @abc.abstractmethod
+    def publish_digest(self, record: DigestRecord) -> None:
+        """Replace the watcher's digest, atomically."""
+
+    @abc.abstractmethod
+    def read_digest(self) -> Optional[DigestRecord]:
+        """The watcher's latest digest, if any."""
 
     def close(self, exit_status: int) -> None:  # noqa: B027 - optional hook
         """Called once, when the supervisor using this rendezvous has ended with
@@ -68,43 +106,75 @@ class FileRendezvous(Rendezvous):
 
     def __init__(self, run_dir: str) -> None:
         self.layout = RunLayout(run_dir)
+        self.ops = 0
 
+    def prepare(self, plan: RunPlan) -> None:
+        os.makedirs(self.layout.tasks_dir, exist_ok=True)
+        for path in (self.layout.scheduler, self.layout.digest, self.layout.abort):
+            self._write(path, {})  # unpublished
+        for task in plan.tasks:
+            self.write_task(TaskRecord(role=task.role, rank=task.rank,
+                                       state=TaskState.PENDING))
+
+    # -- files
+    def _read(self, path: str) -> Optional[Any]:
+        self.ops += 1
+        return read_json(path)
+
+    def _write(self, path: str, data: Any) -> None:
+        self.ops += 2  # the temporary file, the rename
+        atomic_write_json(path, data)
+
+    # -- records
     def publish_scheduler(self, record: SchedulerRecord) -> None:
-        atomic_write_json(self.layout.scheduler, record.to_dict())
+        self._write(self.layout.scheduler, record.to_dict())
 
     def read_scheduler(self) -> Optional[SchedulerRecord]:
-        return SchedulerRecord.parse(read_json(self.layout.scheduler))
+        return SchedulerRecord.parse(self._read(self.layout.scheduler))
 
     def write_task(self, record: TaskRecord) -> None:
-        os.makedirs(self.layout.tasks_dir, exist_ok=True)
-        atomic_write_json(self.layout.task_record(record.role.value, record.rank),
-                          record.to_dict())
+        self._write(self.layout.task_record(record.role.value, record.rank), record.to_dict())
 
-    def read_tasks(self) -> Dict[TaskKey, TaskRecord]:
-        try:
-            names = os.listdir(self.layout.tasks_dir)
-        except OSError:
-            return {}
-        return collect_task_records(read_json(os.path.join(self.layout.tasks_dir, name))
-                                    for name in names
-                                    if name.endswith(".json") and not name.startswith("."))
+    def read_task(self, role: Role, rank: int) -> Optional[TaskRecord]:
+        return TaskRecord.parse(self._read(self.layout.task_record(role.value, rank)))
 
     def write_abort(self, record: AbortRecord) -> bool:
         if not record.at:
             record.at = time.time()
-        target = self.layout.abort
-        tmp = _temp_name(target)
+        tmp = _temp_name(self.layout.abort)
+        self.ops += 1
         _write_synced(tmp, json.dumps(record.to_dict(), sort_keys=True).encode())
         try:
-            os.link(tmp, target)
-            return True
+            self.ops += 1
+            os.link(tmp, self.layout.abort_lock)
         except FileExistsError:
-            return False
-        finally:
+            self.ops += 1
             _unlink_quietly(tmp)
+            self._republish_first_abort()
+            return False
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+        self.ops += 1
+        os.replace(tmp, self.layout.abort)  # the lock's own file: abort.json is it now
+        return True
+
+    def _republish_first_abort(self) -> None:
+        """After losing the race: make sure ``abort.json`` shows the winner's record."""
+        if self.read_abort() is not None:
+            return
+        first = self._read(self.layout.abort_lock)
+        if AbortRecord.parse(first) is not None:
+            self._write(self.layout.abort, first)
 
     def read_abort(self) -> Optional[AbortRecord]:
-        return AbortRecord.parse(read_json(self.layout.abort))
+        return AbortRecord.parse(self._read(self.layout.abort))
+
+    def publish_digest(self, record: DigestRecord) -> None:
+        self._write(self.layout.digest, record.to_dict())
+
+    def read_digest(self) -> Optional[DigestRecord]:
+        return DigestRecord.parse(self._read(self.layout.digest))
 
 
 #: ``attempt(call)`` runs ``call`` against the live rendezvous; None when it is gone
@@ -137,10 +207,14 @@ class MirroredRendezvous(Rendezvous):
         self.attempt(lambda live: live.write_task(record))
         self._mirror_task(record)
 
-    def read_tasks(self) -> Dict[TaskKey, TaskRecord]:
-        records = self.attempt(lambda live: live.read_tasks())
+    def read_task(self, role: Role, rank: int) -> Optional[TaskRecord]:
+        return self.read_tasks([(role, rank)]).get((role, rank))
+
+    def read_tasks(self, keys: Iterable[TaskKey]) -> Dict[TaskKey, TaskRecord]:
+        keys = list(keys)
+        records = self.attempt(lambda live: live.read_tasks(keys))
         if records is None:
-            return self.mirror.read_tasks()
+            return self.mirror.read_tasks(keys)
         for record in records.values():
             self._mirror_task(record)
         return records
@@ -161,6 +235,14 @@ class MirroredRendezvous(Rendezvous):
             return self.mirror.read_abort()
         self.mirror.write_abort(abort)
         return abort
+
+    def publish_digest(self, record: DigestRecord) -> None:
+        self.attempt(lambda live: live.publish_digest(record))
+        self.mirror.publish_digest(record)
+
+    def read_digest(self) -> Optional[DigestRecord]:
+        digest = self.attempt(lambda live: live.read_digest())
+        return digest if digest is not None else self.mirror.read_digest()
 
     def _mirror_task(self, record: TaskRecord) -> None:
         data = record.to_dict()
@@ -215,8 +297,8 @@ def read_json(path: str) -> Optional[Any]:
 
 
 class Backoff:
-    """Sleep intervals from ``start`` doubling to ``cap``, with +-25% jitter (a quick
-    first look: on one machine the record is often there within milliseconds)."""
+    """Intervals from ``start`` doubling to ``cap``, with +-25% jitter (a quick first
+    look: on one machine the record is often there within milliseconds)."""
 
     def __init__(self, start: float = 0.02, cap: float = 2.0) -> None:
         self.delay = start
@@ -226,23 +308,3 @@ class Backoff:
         delay = self.delay * random.uniform(0.75, 1.25)
         self.delay = min(self.cap, self.delay * 2)
         return delay
-
-
-def poll_until(read: Callable[[], Optional[Any]], deadline: float,
-               on_idle: Callable[[], None] = lambda: None,
-               backoff: Optional[Backoff] = None) -> Optional[Any]:
-    """Call ``read`` until it returns non-None or ``deadline`` (epoch) passes.
-
-    ``on_idle`` runs between attempts (heartbeats, abort checks; it may raise to stop).
-    Returns None at the deadline.
-    """
-    backoff = backoff or Backoff()
-    while True:
-        value = read()
-        if value is not None:
-            return value
-        remaining = deadline - time.time()
-        if remaining <= 0:
-            return None
-        on_idle()
-        time.sleep(max(0.0, min(backoff.next(), remaining)))

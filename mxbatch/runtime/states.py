@@ -2,7 +2,8 @@
 
 - ``SchedulerRecord``: where the ps-lite scheduler listens (``scheduler.json``);
 - ``TaskRecord``: what a supervisor says of its task (``tasks/<role>-<rank>.json``);
-- ``AbortRecord``: why the job ends early (``abort.json``; the first one wins).
+- ``AbortRecord``: why the job ends early (``abort.json``; the first one wins);
+- ``DigestRecord``: what the job's watcher saw of all tasks (``digest.json``).
 
 Each is a dataclass with ``to_dict``/``from_dict`` (plain JSON data) and a
 ``parse`` that returns None for absent or unreadable data (a file being written,
@@ -108,6 +109,10 @@ class TaskRecord:
     heartbeat: int = 0
     note: str = ""
     log: str = ""
+    # seconds the role has shown no progress (no CPU used, no output) and has been
+    # stopped (SIGSTOP, a frozen cgroup), as its supervisor last measured
+    idle_s: float = 0.0
+    stopped_s: float = 0.0
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
@@ -174,5 +179,37 @@ class AbortRecord:
 
     @classmethod
     def parse(cls, data: Optional[Any]) -> Optional["AbortRecord"]:
+        """The record in decoded JSON; None when absent or unreadable."""
+        return _parse(cls, data)
+
+
+@dataclass(frozen=True)
+class DigestRecord:
+    """What the job's watcher (the supervisor of the scheduler task) last saw of every
+    task, published every few seconds so that the others need not read every task
+    record: ``seq`` grows with each publication (a digest that stops changing means
+    the watcher is gone, unless ``final``); ``workers_done_at`` is when every worker
+    had succeeded."""
+
+    job_id: str
+    seq: int
+    watcher: str = ""
+    at: float = 0.0
+    workers_done_at: Optional[float] = None
+    states: Dict[str, int] = field(default_factory=dict)
+    # the watcher has ended (its own tasks are done): stop expecting new digests
+    final: bool = False
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "DigestRecord":
+        data = _known(cls, data)
+        data["seq"] = int(data["seq"])
+        return cls(**data)
+
+    @classmethod
+    def parse(cls, data: Optional[Any]) -> Optional["DigestRecord"]:
         """The record in decoded JSON; None when absent or unreadable."""
         return _parse(cls, data)

@@ -201,7 +201,7 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
         job = self._job(record)
         report = job.report()
         rdv = job.rendezvous()
-        records, abort = rdv.read_tasks(), rdv.read_abort()
+        records, abort = rdv.read_tasks(run.task_keys()), rdv.read_abort()
         containers = job.containers()
         ids = {key: info.container_id for key, info in containers.items()}
         if report.finished:

@@ -1,0 +1,317 @@
+"""An agent supervises the tasks of one process: one task (a batch array task, a YARN
+container, an MPI rank) or every task of a host (the local backend's job; an ssh host),
+in one event loop, like torchrun's per-node agent.
+
+Each loop (every ``POLL_S``, woken at once by role output and by SIGCHLD):
+- every task steps (``TaskRunner``); a task's failure becomes the job's abort;
+- role output is copied from the pipes into the task logs;
+- task records are written when they change, and every ``heartbeat_s`` anyway
+  (the heartbeat counter grows);
+- the abort record is read every ``plan.abort_poll_s``; on abort every task stops;
+- the watcher (the agent of task 0, the scheduler) checks every task and publishes
+  the digest every ``watch_s``; the other agents read the digest every
+  ``heartbeat_s`` (see ``watch``);
+- running roles' progress (CPU, output, stopped) is measured every ``PROGRESS_S`` for
+  stall detection;
+- a signal to the agent (SIGTERM, SIGINT, SIGHUP) aborts the job: cancelled, when the
+  agent stands for the user (the local job manager, an attached ``mxbatch launch``),
+  else failed (a batch system's SIGTERM: walltime, preemption).
+
+File operations on shared storage, per task and second in steady state: a heartbeat
+write every 5 s (2 operations: temporary file, rename), the abort record every second
+(1), the digest every 5 s (0.2): 1.6; and the watcher reads each other task's record
+every ``watch_s`` = max(2 s, N / 250 s): at most 0.5 more per task, whatever N.
+
+The exit status is 0 when every task of this agent succeeded, 1 otherwise.
+"""
+
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+from typing import Callable, Dict, List, Optional
+
+from . import procstat
+from .planfile import RunPlan, TaskInfo
+from .rendezvous import Rendezvous, TaskKey
+from .states import AbortKind, AbortRecord, TaskRecord, TaskState
+from .taskrunner import Phase, TaskFailed, TaskRunner
+from .watch import DigestFollower, JobWatch
+
+POLL_S = 0.05
+PROGRESS_S = 1.0
+HEARTBEAT_S = 5.0
+#: the watcher reads every other task's record at most this often per ``N / 250``
+WATCH_MIN_S = 2.0
+WATCH_TASKS_PER_S = 250.0
+_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class Agent:
+    """Supervises ``tasks`` of ``plan`` (see the module docstring).
+
+    ``slots``: at most this many tasks run at once, the rest queue (task order);
+    ``environ``: what roles inherit (default this process's); ``signals_cancel``: a
+    signal to the agent cancels the job rather than failing it; ``on_tick``: called
+    once per loop (an attached CLI streams logs there)."""
+
+    def __init__(self, plan: RunPlan, tasks: List[TaskInfo], rendezvous: Rendezvous, *,
+                 slots: Optional[int] = None, environ: Optional[Dict[str, str]] = None,
+                 signals_cancel: bool = False,
+                 on_tick: Optional[Callable[[], None]] = None) -> None:
+        self.plan = plan
+        self.rdv = rendezvous
+        self.on_tick = on_tick
+        self.signals_cancel = signals_cancel
+        env = dict(os.environ if environ is None else environ)
+        limit = slots or len(tasks)
+        self.runners = [TaskRunner(plan, task, rendezvous, env, os.getpid(), queued=i >= limit)
+                        for i, task in enumerate(tasks)]
+        self.slots = limit
+        self.by = (tasks[0].label if len(tasks) == 1
+                   else "the agent on %s" % socket.gethostname())
+        self.own = {(t.role, t.rank) for t in tasks}
+        watching = any(t.index == 0 for t in tasks)
+        self.watch = JobWatch(plan, self.by) if watching else None
+        self.follower = None if watching else DigestFollower(plan)
+        self.heartbeat_s = min(HEARTBEAT_S, plan.heartbeat_timeout_s / 3)
+        self.watch_s = min(max(WATCH_MIN_S, len(plan.tasks) / WATCH_TASKS_PER_S),
+                           plan.heartbeat_timeout_s / 3)
+        self.aborted: Optional[AbortRecord] = None
+        self.workers_done_seen: Optional[float] = None
+        self._signalled: Optional[int] = None
+        #: the name of the first signal that stopped the job, if one did
+        self.signal_received: Optional[str] = None
+        self._selector = selectors.DefaultSelector()
+        self._wakeup: Optional[int] = None
+        self._next = {"beat": 0.0, "abort": 0.0, "watch": 0.0, "progress": 0.0}
+
+    # ------------------------------------------------------------------ entry point
+    def run(self) -> int:
+        previous = self._install_signals()
+        try:
+            return self._run()
+        except BaseException as exc:  # the agent itself broke: take the job down with it
+            self._abort(AbortRecord(kind=AbortKind.FAILED, by=self.by,
+                                    reason="%s: the supervisor failed: %s: %s"
+                                           % (self.by, type(exc).__name__, exc)))
+            raise
+        finally:
+            for runner in self.runners:
+                runner.kill()
+                runner.close()
+            self._restore_signals(previous)
+            self._selector.close()
+
+    def _run(self) -> int:
+        abort = self.rdv.read_abort()
+        if abort is not None:
+            self._stop_all(abort, time.time(), time.monotonic())
+        else:
+            self._write_records(force=True)
+        while not all(r.done for r in self.runners):
+            wall, mono = time.time(), time.monotonic()
+            self._launch(wall, mono)
+            for runner in self.runners:
+                try:
+                    runner.step(wall, mono, self.workers_done_seen)
+                except TaskFailed as failed:
+                    self._abort(failed.abort)
+                self._register(runner)
+            self._handle_signal(wall, mono)
+            self._write_records(force=False)  # before the digest, which may count them
+            self._periodic(wall, mono)
+            self._write_records(force=False)
+            if self.on_tick is not None:
+                self.on_tick()
+            if not all(r.done for r in self.runners):
+                self._wait(POLL_S)
+        self._drain()
+        self._write_records(force=True)
+        if self.watch is not None:
+            self.rdv.publish_digest(self.watch.digest(self._all_records(own_only=True),
+                                                      time.time(), final=True))
+        if self.on_tick is not None:
+            self.on_tick()
+        ok = all(r.record.state is TaskState.SUCCEEDED for r in self.runners)
+        return 0 if ok else 1
+
+    # ------------------------------------------------------------------ tasks
+    def _launch(self, wall: float, mono: float) -> None:
+        active = sum(1 for r in self.runners if r.phase not in (Phase.QUEUED, Phase.DONE))
+        for runner in self.runners:
+            if active >= self.slots or self.aborted is not None:
+                return
+            if runner.phase is Phase.QUEUED:
+                active += 1
+                try:
+                    runner.start(wall, mono)
+                except TaskFailed as failed:
+                    self._abort(failed.abort)
+                self._register(runner)
+
+    def _abort(self, abort: AbortRecord) -> None:
+        """Make ``abort`` the job's abort (unless another was first) and stop everything."""
+        if self.aborted is not None:
+            return
+        if not self.rdv.write_abort(abort):
+            abort = self.rdv.read_abort() or abort
+        self._stop_all(abort, time.time(), time.monotonic())
+
+    def _stop_all(self, abort: AbortRecord, wall: float, mono: float) -> None:
+        self.aborted = abort
+        for runner in self.runners:
+            if runner.phase is Phase.QUEUED:
+                runner.record.note = "never started: job aborted"
+                runner.phase = Phase.DONE
+                runner.record.state = TaskState.CANCELLED
+                runner.record.ended_at = wall
+                runner.dirty = True
+            elif runner.record.state is not TaskState.FAILED:
+                if runner.phase not in (Phase.STOPPING, Phase.DONE):
+                    runner.say("stopping: %s" % abort.reason)
+                runner.stop(TaskState.CANCELLED, "stopped: " + abort.reason, wall, mono)
+
+    # ------------------------------------------------------------------ periodic work
+    def _due(self, name: str, mono: float, interval: float) -> bool:
+        if mono < self._next[name]:
+            return False
+        self._next[name] = mono + interval
+        return True
+
+    def _periodic(self, wall: float, mono: float) -> None:
+        if self._due("progress", mono, PROGRESS_S):
+            self._observe(mono)
+        if self._due("beat", mono, self.heartbeat_s):
+            for runner in self.runners:
+                if not runner.done:
+                    runner.record.heartbeat += 1
+                    runner.dirty = True
+            if self.follower is not None:
+                self.follower.observe(self.rdv.read_digest(), mono)
+                self.workers_done_seen = self.follower.workers_done_seen
+                lost = self.follower.watcher_lost(mono)
+                if lost and self.aborted is None:
+                    self._abort(AbortRecord(kind=AbortKind.FAILED, reason=lost, by=self.by))
+        if self.aborted is None and self._due("abort", mono, self.plan.abort_poll_s):
+            abort = self.rdv.read_abort()
+            if abort is not None:
+                self._stop_all(abort, wall, mono)
+        if self.watch is not None and self.aborted is None and self._due("watch", mono,
+                                                                         self.watch_s):
+            records = self._all_records(own_only=False)
+            abort = self.watch.check(records, wall, mono)
+            if abort is not None:
+                self._abort(abort)
+            else:
+                if self.watch.workers_done_at is not None and self.workers_done_seen is None:
+                    self.workers_done_seen = mono
+                self.rdv.publish_digest(self.watch.digest(records, wall))
+
+    def _all_records(self, own_only: bool) -> Dict[TaskKey, TaskRecord]:
+        records = {} if own_only else self.rdv.read_tasks(
+            key for key in self.plan.task_keys() if key not in self.own)
+        records.update({r.record.key: r.record for r in self.runners})
+        return records
+
+    def _observe(self, mono: float) -> None:
+        pgids = [r.pgid for r in self.runners if r.pgid is not None]
+        stats = procstat.snapshot(pgids) if pgids else {}
+        for runner in self.runners:
+            runner.observe(stats.get(runner.pgid) if runner.pgid else None, mono)
+
+    def _write_records(self, force: bool) -> None:
+        for runner in self.runners:
+            if runner.dirty or force:
+                self.rdv.write_task(runner.record)
+                runner.dirty = False
+
+    # ------------------------------------------------------------------ output and waiting
+    def _register(self, runner: TaskRunner) -> None:
+        fd = runner.output_fd
+        if fd is not None and fd not in self._selector.get_map():
+            self._selector.register(fd, selectors.EVENT_READ, runner)
+
+    def _wait(self, timeout: float) -> None:
+        for key, _ in self._selector.select(timeout):
+            if key.data is None:  # the wakeup pipe (SIGCHLD, a signal)
+                try:
+                    while os.read(key.fd, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                continue
+            self._read_output(key.fd, key.data)
+
+    def _read_output(self, fd: int, runner: TaskRunner) -> None:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            runner.on_output(data, time.monotonic())
+            return
+        self._selector.unregister(fd)
+        os.close(fd)
+        if runner.output_fd == fd:
+            runner.output_fd = None
+
+    def _drain(self) -> None:
+        """What roles wrote last, once they have all ended."""
+        for key in list(self._selector.get_map().values()):
+            if key.data is not None:
+                self._read_output(key.fd, key.data)
+                if key.fd in self._selector.get_map():
+                    self._selector.unregister(key.fd)
+                    os.close(key.fd)
+
+    # ------------------------------------------------------------------ signals
+    def _install_signals(self) -> Dict[int, object]:
+        previous: Dict[int, object] = {}
+        try:
+            read_end, write_end = os.pipe()
+            os.set_blocking(read_end, False)
+            os.set_blocking(write_end, False)
+            old_fd = signal.set_wakeup_fd(write_end)
+        except ValueError:  # not the main thread: no signals, poll only
+            return previous
+        self._wakeup = write_end
+        self._selector.register(read_end, selectors.EVENT_READ, None)
+        previous[-1] = old_fd
+        for signum in _SIGNALS:
+            previous[signum] = signal.signal(signum, self._on_signal)
+        previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda *_: None)
+        return previous
+
+    def _restore_signals(self, previous: Dict[int, object]) -> None:
+        if not previous:
+            return
+        for signum, handler in previous.items():
+            if signum >= 0:
+                signal.signal(signum, handler)  # type: ignore[arg-type]
+        signal.set_wakeup_fd(previous[-1])  # type: ignore[arg-type]
+        if self._wakeup is not None:
+            os.close(self._wakeup)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self._signalled = signum
+
+    def _handle_signal(self, wall: float, mono: float) -> None:
+        if self._signalled is None:
+            return
+        name = signal.Signals(self._signalled).name
+        self._signalled = None
+        self.signal_received = self.signal_received or name
+        if self.aborted is not None:
+            return
+        if self.signals_cancel:
+            reason = ("interrupted (%s)" % ("Ctrl-C" if name == "SIGINT" else name))
+            self._abort(AbortRecord(kind=AbortKind.CANCELLED, reason=reason, by=self.by))
+        else:
+            self._abort(AbortRecord(kind=AbortKind.FAILED, by=self.by,
+                                    reason="%s: supervisor received %s" % (self.by, name)))
+        sys.stderr.write("mxbatch: %s received %s: stopping the job\n" % (self.by, name))

@@ -1,0 +1,404 @@
+"""One task of an agent: its role process, as a state machine the agent steps.
+
+``Phase``: QUEUED (waiting for a slot) -> WAITING (a server or worker waiting for the
+scheduler's address) -> RUNNING -> STOPPING (SIGTERM sent, SIGKILL at the grace
+deadline) -> DONE. ``step`` never blocks for long: the agent calls it for every task
+every few tens of milliseconds.
+
+Contract of a role process:
+- it runs in its own process group (new session), dies with its agent
+  (PR_SET_PDEATHSIG), and writes no core file unless the plan allows it;
+- its stdout and stderr go through a pipe the agent reads into
+  ``logs/<role>-<rank>.log`` (with the supervisor's notes), so the agent sees output
+  without touching the file system;
+- the scheduler's runner picks a free port, starts the role and publishes its
+  ``SchedulerRecord`` at once (every role imports MXNet in parallel; zmq retries until
+  the scheduler binds), again with ``listening`` once the port accepts connections;
+  if the role dies before that (port taken), it retries another port with
+  ``attempt + 1``, and members that started with the old address restart their role;
+- an exit other than 0, a passed walltime, or a failed start is the task's failure:
+  ``TaskFailed`` carries the abort record for the agent to publish;
+- to stop, the group gets SIGTERM (and SIGCONT, which a stopped process needs to see
+  it), then SIGKILL after the grace period.
+"""
+
+import enum
+import functools
+import os
+import resource
+import signal
+import socket
+import subprocess
+import time
+from typing import Dict, Iterator, Optional
+
+from . import net, pyhook
+from .environ import role_environment
+from .planfile import RunPlan, TaskInfo
+from .procstat import GroupStat
+from .rendezvous import Backoff, Rendezvous
+from .roles import Role
+from .states import AbortKind, AbortRecord, SchedulerRecord, TaskRecord, TaskState
+
+SCHEDULER_ATTEMPTS = 3
+#: how often a waiting member looks for the scheduler's record at most, and how
+#: often a started one checks whether the scheduler moved (until it listens)
+MEMBER_POLL_CAP_S = 1.0
+FOLLOW_SCHEDULER_S = 0.5
+LISTEN_CHECK_S = 0.1
+
+
+class Phase(enum.Enum):
+    QUEUED = "queued"
+    WAITING = "waiting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    DONE = "done"
+
+
+class TaskFailed(Exception):
+    """The task failed; ``abort`` is the record the job's abort should be."""
+
+    def __init__(self, abort: AbortRecord) -> None:
+        super().__init__(abort.reason)
+        self.abort = abort
+
+
+def signal_name(returncode: int) -> Optional[str]:
+    if returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return "signal %d" % -returncode
+
+
+def _prepare_role(core_dumps: bool) -> None:  # in the child, between fork and exec
+    """Die with the agent (PR_SET_PDEATHSIG); no core file unless allowed."""
+    if not core_dumps:
+        try:
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        except (OSError, ValueError):
+            pass
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # best effort: not Linux, or no libc to call
+        pass
+
+
+def _killpg(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class TaskRunner:
+    """One task (see the module docstring). ``wall`` is epoch time (records, plan
+    deadlines), ``mono`` a monotonic clock (grace periods, backoff)."""
+
+    def __init__(self, plan: RunPlan, task: TaskInfo, rdv: Rendezvous,
+                 environ: Dict[str, str], agent_pid: int, queued: bool = False) -> None:
+        """``queued``: it will wait for a slot (its record says so until it starts)."""
+        self.plan = plan
+        self.task = task
+        self.rdv = rdv
+        self.environ = environ
+        self.log_path = plan.layout.task_log(task.role.value, task.rank)
+        self.record = TaskRecord(role=task.role, rank=task.rank,
+                                 state=TaskState.PENDING if queued else TaskState.STARTING,
+                                 host=socket.gethostname(), supervisor_pid=agent_pid,
+                                 log=self.log_path,
+                                 note="waiting for a slot" if queued else "")
+        self.phase = Phase.QUEUED  # the agent calls start() when a slot is free
+        self.dirty = True
+        self.proc: Optional[subprocess.Popen] = None
+        self.output_fd: Optional[int] = None
+        self._log: Optional[int] = None
+        # scheduler
+        self._ports: Optional[Iterator[int]] = None
+        self._published: Optional[SchedulerRecord] = None
+        self._next_listen_check = 0.0
+        # members
+        self._scheduler: Optional[SchedulerRecord] = None
+        self._backoff = Backoff(cap=MEMBER_POLL_CAP_S)
+        self._next_poll = 0.0
+        # stopping
+        self._final: Optional[TaskState] = None
+        self._kill_at: Optional[float] = None
+        # progress, for stall detection
+        self._cpu_ticks: Optional[int] = None
+        self._progress_at: Optional[float] = None
+        self._stopped_since: Optional[float] = None
+
+    @property
+    def label(self) -> str:
+        return self.task.label
+
+    @property
+    def done(self) -> bool:
+        return self.phase is Phase.DONE
+
+    # ------------------------------------------------------------------ notes and records
+    def say(self, message: str) -> None:
+        """A supervisor note, in the task's log."""
+        self.write_log(("mxbatch supervisor %s: %s\n" % (self.label, message)).encode())
+
+    def write_log(self, data: bytes) -> None:
+        if self._log is None:
+            os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
+            self._log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.write(self._log, data)
+
+    def on_output(self, data: bytes, mono: float) -> None:
+        """The role wrote ``data`` (the agent read it from the pipe)."""
+        self.write_log(data)
+        self._progress_at = mono
+
+    def close(self) -> None:
+        if self._log is not None:
+            os.close(self._log)
+            self._log = None
+
+    def _set(self, state: TaskState, note: Optional[str] = None) -> None:
+        self.record.state = state
+        if note is not None:
+            self.record.note = note
+        self.dirty = True
+
+    def fail(self, reason: str, wall: float, mono: float, exit_code: Optional[int] = None,
+             signal_: Optional[str] = None) -> TaskFailed:
+        """Record this task's failure, stop its role, and return what to raise."""
+        if exit_code is not None:
+            self.record.exit_code, self.record.signal = exit_code, signal_
+        self.stop(TaskState.FAILED, reason, wall, mono)
+        return TaskFailed(AbortRecord(kind=AbortKind.FAILED, reason=reason,
+                                      role=self.task.role, rank=self.task.rank,
+                                      log=self.log_path, by=self.label, exit_code=exit_code,
+                                      signal=signal_))
+
+    # ------------------------------------------------------------------ starting
+    def start(self, wall: float, mono: float) -> None:
+        """Leave the queue: the scheduler starts at once, members wait for it."""
+        self.phase = Phase.WAITING
+        self._set(TaskState.STARTING, "")
+        self.record.started_at = wall
+        if self.task.role is Role.SCHEDULER:
+            self._start_scheduler(wall, mono)
+        else:
+            self._next_poll = mono
+
+    def _popen(self, rendezvous_env: Dict[str, str], wall: float, mono: float) -> None:
+        hook_dir = pyhook.install(self.plan.layout.pyhook_dir)
+        env = role_environment(self.environ, self.plan.inherit_env, self.task.env,
+                               rendezvous_env, hook_dir, self.plan.submit_path)
+        self.say("starting %s" % " ".join(self.task.argv))
+        read_end, write_end = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                self.task.argv, cwd=self.plan.workdir, env=env, stdin=subprocess.DEVNULL,
+                stdout=write_end, stderr=write_end, start_new_session=True,
+                preexec_fn=functools.partial(_prepare_role, self.plan.core_dumps))
+        except OSError as exc:
+            os.close(read_end)
+            raise self.fail("%s: cannot start %r: %s" % (self.label, self.task.argv[0],
+                                                         exc.strerror or exc),
+                            wall, mono) from None
+        finally:
+            os.close(write_end)
+        os.set_blocking(read_end, False)
+        self.output_fd = read_end
+        self.record.pid = self.proc.pid
+        self._cpu_ticks, self._progress_at, self._stopped_since = None, mono, None
+        self.phase = Phase.RUNNING
+        self._set(TaskState.RUNNING)
+
+    def _start_scheduler(self, wall: float, mono: float) -> None:
+        try:
+            ip = net.scheduler_ip(self.plan.interface, self.plan.loopback_only)
+        except net.NetworkError as exc:
+            raise self.fail("scheduler[0]: %s" % exc, wall, mono) from None
+        if self._ports is None:
+            self._ports = net.candidate_ports(self.plan.port_low, self.plan.port_high)
+        attempt = self._published.attempt + 1 if self._published else 1
+        port = next(self._ports, None)
+        if port is None:
+            raise self.fail("scheduler[0]: no free port in %d-%d"
+                            % (self.plan.port_low, self.plan.port_high), wall, mono)
+        self._popen({"DMLC_PS_ROOT_URI": ip, "DMLC_PS_ROOT_PORT": str(port),
+                     "DMLC_NODE_HOST": ip}, wall, mono)
+        assert self.proc is not None
+        self._published = SchedulerRecord(job_id=self.plan.job_id, ip=ip, port=port,
+                                          host=socket.gethostname(), pid=self.proc.pid,
+                                          attempt=attempt)
+        self.rdv.publish_scheduler(self._published)
+
+    def _start_member(self, info: SchedulerRecord, wall: float, mono: float) -> None:
+        try:
+            my_ip = net.node_ip(self.plan.interface, info.ip)
+        except (net.NetworkError, OSError) as exc:
+            raise self.fail("%s: %s" % (self.label, exc), wall, mono) from None
+        self._scheduler = info
+        self._popen({"DMLC_PS_ROOT_URI": info.ip, "DMLC_PS_ROOT_PORT": str(info.port),
+                     "DMLC_NODE_HOST": my_ip}, wall, mono)
+
+    # ------------------------------------------------------------------ stepping
+    def step(self, wall: float, mono: float, workers_done_seen: Optional[float]) -> None:
+        """Advance; raises ``TaskFailed`` when this task fails. ``workers_done_seen``:
+        when (monotonic) this agent learnt that every worker succeeded."""
+        if self.phase is Phase.WAITING:
+            self._wait_for_scheduler(wall, mono)
+        elif self.phase is Phase.RUNNING:
+            self._run(wall, mono, workers_done_seen)
+        elif self.phase is Phase.STOPPING:
+            self._stopping(mono)
+
+    def _wait_for_scheduler(self, wall: float, mono: float) -> None:
+        if mono < self._next_poll:
+            return
+        info = self.rdv.read_scheduler()
+        if info is not None and info.job_id == self.plan.job_id:
+            self._start_member(info, wall, mono)
+            return
+        if wall > self.plan.startup_deadline:
+            raise self.fail("%s: the scheduler did not publish its address before the "
+                            "startup deadline (%gs)" % (self.label, self.plan.startup_timeout_s),
+                            wall, mono)
+        self._next_poll = mono + self._backoff.next()
+
+    def _run(self, wall: float, mono: float, workers_done_seen: Optional[float]) -> None:
+        assert self.proc is not None
+        code = self.proc.poll()
+        if code is not None:
+            self._exited(code, wall, mono)
+            return
+        if self.task.role is Role.SCHEDULER:
+            self._check_listening(wall, mono)
+        else:
+            self._follow_scheduler(wall, mono)
+        walltime = self.task.walltime_s
+        if walltime and wall - (self.record.started_at or wall) > walltime:
+            raise self.fail("%s exceeded its walltime of %gs" % (self.label, walltime),
+                            wall, mono)
+        if (self.task.role is not Role.WORKER and workers_done_seen is not None
+                and mono - workers_done_seen > self.plan.grace_s):
+            self.say("still running %gs after every worker succeeded: stopping it"
+                     % self.plan.grace_s)
+            self.stop(TaskState.SUCCEEDED, "stopped after every worker succeeded", wall, mono)
+
+    def _exited(self, code: int, wall: float, mono: float) -> None:
+        if (self.task.role is Role.SCHEDULER and code != 0 and self._published is not None
+                and not self._published.listening):
+            self.say("scheduler exited with %s before listening on port %d"
+                     % (code, self._published.port))
+            if self._published.attempt < SCHEDULER_ATTEMPTS:
+                self._start_scheduler(wall, mono)
+                return
+            raise self.fail("scheduler[0] exited with code %s before listening (%d attempts)"
+                            % (code, self._published.attempt), wall, mono, code,
+                            signal_name(code))
+        self.record.exit_code, self.record.signal = code, signal_name(code)
+        if code == 0:
+            self.say("exited with code 0")
+            self._finish(TaskState.SUCCEEDED, wall)
+            return
+        how = ("was killed by %s" % self.record.signal if code < 0
+               else "exited with code %d" % code)
+        self.say(how)
+        raise self.fail("%s %s" % (self.label, how), wall, mono, code, self.record.signal)
+
+    def _check_listening(self, wall: float, mono: float) -> None:
+        published = self._published
+        if published is None or published.listening or mono < self._next_listen_check:
+            return
+        self._next_listen_check = mono + LISTEN_CHECK_S
+        if net.accepts_connections(published.ip, published.port, timeout=0.2):
+            self._published = SchedulerRecord(**dict(published.to_dict(), listening=True))
+            self.rdv.publish_scheduler(self._published)
+            self.say("listening on %s (attempt %d)" % (published.address, published.attempt))
+        elif wall > self.plan.startup_deadline:
+            raise self.fail("scheduler[0] did not listen on %s before the startup deadline "
+                            "(%gs)" % (published.address, self.plan.startup_timeout_s),
+                            wall, mono)
+
+    def _follow_scheduler(self, wall: float, mono: float) -> None:
+        """Until the scheduler listens, restart this role if it moved to another port."""
+        info = self._scheduler
+        if info is None or info.listening or mono < self._next_poll:
+            return
+        self._next_poll = mono + FOLLOW_SCHEDULER_S
+        latest = self.rdv.read_scheduler()
+        if latest is None or latest.job_id != self.plan.job_id:
+            return
+        if latest.attempt != info.attempt:
+            self.say("the scheduler moved to %s (attempt %d): restarting the role"
+                     % (latest.address, latest.attempt))
+            assert self.proc is not None
+            _killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            self._start_member(latest, wall, mono)
+        else:
+            self._scheduler = latest
+
+    # ------------------------------------------------------------------ stopping
+    def stop(self, final: TaskState, note: str, wall: float, mono: float) -> None:
+        """End this task in state ``final``: SIGTERM (and SIGCONT) its role's group now,
+        SIGKILL after the grace period; at once if no role runs."""
+        if self.phase in (Phase.STOPPING, Phase.DONE):
+            return
+        self.record.note = note
+        if self.proc is None or self.proc.poll() is not None:
+            self._finish(final, wall)
+            return
+        self._final = final
+        self._kill_at = mono + self.plan.grace_s
+        _killpg(self.proc.pid, signal.SIGTERM)
+        _killpg(self.proc.pid, signal.SIGCONT)  # a stopped process sees SIGTERM only now
+        self.phase = Phase.STOPPING
+
+    def _stopping(self, mono: float) -> None:
+        assert self.proc is not None and self._final is not None
+        if self.proc.poll() is not None:
+            self._finish(self._final, None)
+            return
+        if self._kill_at is not None and mono >= self._kill_at:
+            self.say("still running %gs after SIGTERM: SIGKILL" % self.plan.grace_s)
+            _killpg(self.proc.pid, signal.SIGKILL)
+            self._kill_at = None
+
+    def kill(self) -> None:
+        """SIGKILL whatever is left of the role's group (the agent is ending)."""
+        if self.proc is not None:
+            _killpg(self.proc.pid, signal.SIGKILL)
+
+    def _finish(self, state: TaskState, wall: Optional[float]) -> None:
+        if self.proc is not None and self.record.exit_code is None:
+            code = self.proc.poll()
+            self.record.exit_code, self.record.signal = code, signal_name(code or 0)
+        self.phase = Phase.DONE
+        self.record.ended_at = wall if wall is not None else time.time()
+        self._set(state)
+
+    # ------------------------------------------------------------------ progress
+    @property
+    def pgid(self) -> Optional[int]:
+        return self.proc.pid if self.proc is not None and self.phase is Phase.RUNNING else None
+
+    def observe(self, stat: Optional[GroupStat], mono: float) -> None:
+        """Update idle and stopped times from a snapshot of the role's process group."""
+        if self.phase is not Phase.RUNNING:
+            self.record.idle_s = self.record.stopped_s = 0.0
+            return
+        if stat is not None and stat.cpu_ticks != self._cpu_ticks:
+            if self._cpu_ticks is not None:
+                self._progress_at = mono
+            self._cpu_ticks = stat.cpu_ticks
+        if stat is not None and stat.leader_stopped:
+            self._stopped_since = self._stopped_since or mono
+        else:
+            self._stopped_since = None
+        self.record.idle_s = round(mono - (self._progress_at or mono), 1)
+        self.record.stopped_s = round(mono - self._stopped_since, 1) \
+            if self._stopped_since is not None else 0.0
