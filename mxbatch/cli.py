@@ -14,7 +14,7 @@ import click
 from . import __version__, jobs, records
 from . import spec as specs
 from .errors import ExitCode, MxbatchError, SpecError
-from .follow import LogTail, follow
+from .follow import LogTail, follow, supervise
 from .runtime.roles import Role
 from .schema import DEFAULT_BACKEND
 from .status import JobState, JobStatus
@@ -68,13 +68,16 @@ def submit(spec_file: Path, backend: str, workers: Optional[int], servers: Optio
 @click.option("--ports", default=None, help="Scheduler port range, e.g. 9000-9999.")
 @click.option("--startup-timeout", default=None, help="Startup deadline, e.g. 10m.")
 @click.option("--grace", default=None, help="Grace period before SIGKILL, e.g. 30s.")
+@click.option("--stall-timeout", default=None,
+              help="Fail the job when a role is stopped, or a worker uses no CPU and writes "
+                   "no output, this long, e.g. 20m (default 30m; 'off': never).")
 @click.option("--detach", is_flag=True, help="Return at once with the job id.")
 @click.option("--quiet", "-q", is_flag=True, help="Do not stream logs.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def launch(workers: Optional[int], servers: Optional[int], backend: str, name: str,
            env: Sequence[str], workdir: Path, interface: Optional[str], ports: Optional[str],
-           startup_timeout: Optional[str], grace: Optional[str], detach: bool, quiet: bool,
-           command: List[str]) -> None:
+           startup_timeout: Optional[str], grace: Optional[str], stall_timeout: Optional[str],
+           detach: bool, quiet: bool, command: List[str]) -> None:
     """Run COMMAND for every role, like MXNet's launch.py (no spec file).
 
     Blocks until the job ends and exits with its outcome:
@@ -87,9 +90,12 @@ def launch(workers: Optional[int], servers: Optional[int], backend: str, name: s
                                        (workers if workers is not None else 1)}}}
     if interface or ports:
         data["network"] = {k: v for k, v in (("interface", interface), ("ports", ports)) if v}
-    if startup_timeout or grace:
-        data["rendezvous"] = {k: v for k, v in (("startup_timeout", startup_timeout),
-                                                ("grace", grace)) if v}
+    rendezvous = {k: v for k, v in (("startup_timeout", startup_timeout), ("grace", grace),
+                                    ("stall_timeout", stall_timeout)) if v}
+    if stall_timeout == "off":
+        rendezvous["stall_timeout"] = None
+    if rendezvous:
+        data["rendezvous"] = rendezvous
     spec = specs.from_mapping(data, base_dir=Path.cwd(), default_name=name)
     _submit_and_maybe_follow(spec, backend, None, None, not detach, quiet)
 
@@ -107,13 +113,33 @@ def _parse_env(pairs: Sequence[str]) -> dict:
 def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Optional[int],
                              servers: Optional[int], wait: bool, quiet: bool) -> None:
     backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers)
-    record = jobs.submit(backend, request)
+    attached = backend.attach(request) if wait else None
+    record = jobs.submit(backend, attached or request)
     click.echo(record.job_id)
     _err(f"mxbatch: submitted {record.job_id} to {record.backend}; "
          f"run directory {record.run_dir}")
-    if wait:
+    if attached is not None:
+        _supervise_and_exit(backend, record, stream_logs=not quiet)
+    elif wait:
         _follow_and_exit(backend, record, stream_logs=not quiet, timeout=None,
                          cancel_on_interrupt=True)
+
+
+def _supervise_and_exit(backend, record: records.JobRecord, *, stream_logs: bool) -> None:
+    """This process supervises the job (the local backend attached): Ctrl-C cancels it."""
+    started = time.time()
+    try:
+        status, interrupted = supervise(backend, record, stream_logs=stream_logs,
+                                        echo=click.echo)
+    except KeyboardInterrupt:  # before the agent took over the signals
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        backend.cancel(record)
+        status, interrupted = backend.status(record), "SIGINT"
+    _report(status, time.time() - started)
+    if interrupted:
+        sys.exit(ExitCode.INTERRUPTED)
+    if status.state is not JobState.SUCCEEDED:
+        sys.exit(ExitCode.JOB_FAILED)
 
 
 def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, List, Optional, Tuple
 
 from .backends.base import Backend, LogReader, load_run_plan
 from .errors import WaitTimeout
 from .records import JobRecord
-from .runtime.peers import missing_at_deadline, startup_abort
+from .runtime.planfile import RunPlan
 from .runtime.rendezvous import Rendezvous
 from .runtime.states import AbortKind, AbortRecord
+from .runtime.watch import missing_at_deadline, startup_abort
 from .status import JobState, JobStatus
 
 # Give tasks this long past the startup deadline to report it themselves.
@@ -60,23 +61,45 @@ class LogTail:
             yield self.prefix + line.decode(errors="replace")
 
 
+class LogStream:
+    """Every task's log, prefixed ``role[rank] |``, as it grows (nothing when off)."""
+
+    #: the least time between two looks at the logs (each look opens every log file
+    #: anew: on NFS only an open shows what another host wrote)
+    MIN_INTERVAL_S = 0.1
+
+    def __init__(self, backend: Backend, record: JobRecord, plan: RunPlan,
+                 echo: Callable[[str], None], enabled: bool = True) -> None:
+        self.echo = echo
+        self._next = 0.0
+        self.tails: List[LogTail] = []
+        if enabled:
+            width = max(len(t.label) for t in plan.tasks)
+            self.tails = [LogTail(Path(record.layout.task_log(t.role.value, t.rank)),
+                                  f"{t.label:<{width}} | ",
+                                  backend.log_reader(record, t.role, t.rank))
+                          for t in plan.tasks]
+
+    def pump(self, final: bool = False) -> None:
+        """Echo the complete new lines (``final``: the rest too)."""
+        now = time.monotonic()
+        if not final and now < self._next:
+            return
+        self._next = now + self.MIN_INTERVAL_S
+        for tail in self.tails:
+            for line in tail.read(final=final):
+                self.echo(line)
+
+
 def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
            echo: Callable[[str], None], timeout: Optional[float] = None) -> JobStatus:
     """Block until the job ends; stream logs if asked; clean up; return the final status."""
     plan = load_run_plan(record)
     rdv = backend.rendezvous(record)
-    tails: Dict[str, LogTail] = {}
-    if stream_logs:
-        width = max(len(t.label) for t in plan.tasks)
-        for task in plan.tasks:
-            tails[task.label] = LogTail(Path(record.layout.task_log(task.role.value, task.rank)),
-                                        f"{task.label:<{width}} | ",
-                                        backend.log_reader(record, task.role, task.rank))
+    stream = LogStream(backend, record, plan, echo, enabled=stream_logs)
     give_up = None if timeout is None else time.time() + timeout
     while True:
-        for tail in tails.values():
-            for line in tail.read():
-                echo(line)
+        stream.pump()
         status = backend.status(record)
         if status.terminal:
             break
@@ -87,17 +110,27 @@ def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
                               f"{record.job_id}` stops it)")
         time.sleep(backend.poll_interval_s)
     backend.cancel(record)  # idempotent: removes anything still queued or lingering
-    for tail in tails.values():
-        for line in tail.read(final=True):
-            echo(line)
+    stream.pump(final=True)
     return backend.status(record)
+
+
+def supervise(backend: Backend, record: JobRecord, *, stream_logs: bool,
+              echo: Callable[[str], None]) -> Tuple[JobStatus, Optional[str]]:
+    """Supervise an attached job in this process (``Backend.supervise_here``) while
+    streaming its logs; the final status, and the signal that cancelled it, if any."""
+    stream = LogStream(backend, record, load_run_plan(record), echo, enabled=stream_logs)
+    interrupted = backend.supervise_here(record, on_tick=stream.pump)
+    backend.cancel(record)  # idempotent: SIGKILLs anything of the job that is left
+    stream.pump(final=True)
+    return backend.status(record), interrupted
 
 
 def _enforce_deadlines(plan, rdv: Rendezvous, status: JobStatus) -> None:
     """Startup deadline and vanished tasks, for when no supervisor is there to see them."""
     if rdv.read_abort() is not None:
         return
-    missing = missing_at_deadline(plan, rdv.read_tasks(), time.time() - DEADLINE_MARGIN_S)
+    missing = missing_at_deadline(plan, rdv.read_tasks(plan.task_keys()),
+                                  time.time() - DEADLINE_MARGIN_S)
     if missing:
         rdv.write_abort(startup_abort(plan, missing, by="mxbatch wait"))
     elif status.state is JobState.FAILED and status.reason:

@@ -176,6 +176,8 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     #: how often ``wait``/``--wait`` asks for the status (a batch system's qstat or
     #: squeue should not be asked many times a second)
     poll_interval_s: ClassVar[float] = 1.0
+    #: how often supervisors look for the abort record (the file on shared storage)
+    abort_poll_s: ClassVar[float] = 1.0
 
     def __init__(self, options: Optional[OptionsT] = None) -> None:
         """``options``: an ``options_class`` instance; its defaults when None."""
@@ -236,6 +238,17 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         return JobRecord(job_id=plan.job_id, backend=self.name, run_dir=layout.root,
                          spec_path=str(plan.spec.source) if plan.spec.source else None,
                          handle=handle.to_dict(), options=to_data(self.options))
+
+    def attach(self, request: RequestT) -> Optional[RequestT]:
+        """The request for supervising the job in this process (``supervise_here``),
+        for an attached ``submit --wait``/``launch``; None when this backend cannot."""
+        return None
+
+    def supervise_here(self, record: JobRecord,
+                       on_tick: Callable[[], None]) -> Optional[str]:
+        """Supervise an attached job in this process until it ended, calling ``on_tick``
+        often; returns the name of the signal that cancelled it (Ctrl-C), if any."""
+        raise NotImplementedError(f"backend {self.name!r} cannot supervise a job here")
 
     # ------------------------------------------------------------------ watching
     @abc.abstractmethod

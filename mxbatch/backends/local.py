@@ -1,10 +1,13 @@
-"""Local backend: every task is a supervised process on this machine.
+"""Local backend: every task is a process on this machine, all of them supervised by
+one agent (``runtime.agent``), which runs at most ``slots`` at a time.
 
-``launch`` starts one detached job manager (``runtime.pyz manage``, its own
-session) that starts the supervisors, at most ``slots`` at a time. Tasks
-advertise 127.0.0.1 unless an interface is given. ``cancel`` writes the abort
-record, gives supervisors the grace period to stop their roles, then SIGKILLs
-whatever of the job is left (found by its ``MXBATCH_JOB_ID`` environment variable).
+Detached (``submit``), ``launch`` starts the agent as a job manager of its own
+(``runtime.pyz agent``, its own session). Attached (``submit --wait``, ``mxbatch
+launch``), the CLI process itself is the agent (``supervise_here``): no other process
+stands between the user and the roles, and Ctrl-C cancels the job. Tasks advertise
+127.0.0.1 unless an interface is given. ``cancel`` writes the abort record, gives the
+agent the grace period to stop the roles, then SIGKILLs whatever of the job is left
+(found by its ``MXBATCH_JOB_ID`` environment variable).
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ import signal
 import socket
 import subprocess
 import sys
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from .. import procs
 from ..plan import JobPlan
 from ..quoting import shell_words
 from ..records import JobRecord
 from ..runtime import net
+from ..runtime.agent import Agent
 from ..runtime.layout import RunLayout
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import FileRendezvous
@@ -47,11 +51,15 @@ class LocalHandle(Handle):
 
 @dataclasses.dataclass(frozen=True)
 class LocalRequest(Request):
-    """The command line of the job manager that ``launch`` starts."""
+    """The command line of the job manager that ``launch`` starts; ``attached``: no
+    manager, this process supervises the job (``supervise_here``)."""
 
     manager_argv: Tuple[str, ...] = ()
+    attached: bool = False
 
     def native_items(self) -> List[RenderedItem]:
+        if self.attached:
+            return [RenderedItem("job agent", "this mxbatch process supervises every task")]
         return [RenderedItem("job manager (detached)", shell_words(self.manager_argv))]
 
 
@@ -75,13 +83,20 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
             raise plan.spec.error(("backends", self.name, "slots"), "must be at least 1")
 
     def render(self, plan: JobPlan) -> LocalRequest:
-        argv = [sys.executable, plan.run.layout.runtime, "manage", plan.run.run_dir]
+        argv = [sys.executable, plan.run.layout.runtime, "agent", plan.run.run_dir,
+                "--cancel-on-signal"]
         if self.options.slots:
             argv += ["--slots", str(self.options.slots)]
         return LocalRequest(plan=plan, manager_argv=tuple(argv))
 
+    def attach(self, request: LocalRequest) -> LocalRequest:
+        """The request for supervising the job in this process (see ``supervise_here``)."""
+        return dataclasses.replace(request, attached=True)
+
     def launch(self, request: LocalRequest, layout: RunLayout,
                rollback: Rollback) -> LocalHandle:
+        if request.attached:
+            return LocalHandle(manager_pid=os.getpid(), host=socket.gethostname())
         with open(layout.manager_log, "ab") as log:
             manager = subprocess.Popen(
                 list(request.manager_argv),
@@ -90,26 +105,37 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
                 start_new_session=True, close_fds=True)
         return LocalHandle(manager_pid=manager.pid, host=socket.gethostname())
 
+    def supervise_here(self, record: JobRecord,
+                       on_tick: Callable[[], None]) -> Optional[str]:
+        """Run the agent of an attached job in this process until every task ended;
+        a signal (Ctrl-C) cancels the job."""
+        plan = load_run_plan(record)
+        agent = Agent(plan, list(plan.tasks), FileRendezvous(record.run_dir),
+                      slots=self.options.slots, signals_cancel=True, on_tick=on_tick)
+        agent.run()
+        return agent.signal_received
+
     def status(self, record: JobRecord) -> JobStatus:
         plan = load_run_plan(record)
         rdv = FileRendezvous(record.run_dir)
-        records = rdv.read_tasks()
-        manager_alive = procs.pid_alive(self.handle_of(record).manager_pid)
+        # liveness first, records second: an agent that has ended wrote its final
+        # records before, so they are read complete (never "gone without a record")
+        alive = procs.pid_alive(self.handle_of(record).manager_pid)
+        records = rdv.read_tasks(plan.task_keys())
         native = {}
-        for task in plan.tasks:
-            rec = records.get((task.role, task.rank))
-            if rec is not None and rec.supervisor_pid:
-                alive = procs.pid_alive(rec.supervisor_pid)
-                native[(task.role, task.rank)] = NativeState.ACTIVE if alive else NativeState.GONE
-            else:
-                native[(task.role, task.rank)] = (NativeState.QUEUED if manager_alive
-                                                  else NativeState.GONE)
+        for key in plan.task_keys():
+            rec = records.get(key)
+            started = rec is not None and rec.supervisor_pid is not None
+            native[key] = (NativeState.GONE if not alive
+                           else NativeState.ACTIVE if started else NativeState.QUEUED)
         return merge(plan, self.name, records, rdv.read_abort(), native)
 
     def remove(self, record: JobRecord, handle: LocalHandle, run: RunPlan) -> None:
-        """The manager exits once its supervisors have (they stop their roles on the
-        abort record within the grace period); then SIGKILL whatever is left."""
-        procs.wait_gone([handle.manager_pid], run.grace_s + 5)
+        """The manager exits once its roles have (it stops them on the abort record
+        within the grace period); then SIGKILL whatever is left. An attached job's agent
+        is this process, which has already stopped everything."""
+        if handle.manager_pid != os.getpid():
+            procs.wait_gone([handle.manager_pid], run.grace_s + 5)
         leftovers = procs.job_processes(record.job_id)
         if leftovers:
             procs.kill_all(leftovers, signal.SIGKILL)
