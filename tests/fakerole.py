@@ -3,8 +3,11 @@
 scheduler: listens on DMLC_PS_ROOT_PORT until stopped (like ps-lite's scheduler); with
            $FAKE_SCHEDULER_FAIL_ONCE=<file> the first run exits 1 after 1.5 s instead.
 server:    sleeps until stopped.
-worker:    writes {argv, env, core_limit} as JSON to $FAKE_OUT/<rank>.json (if set), sleeps
-           $FAKE_SLEEP seconds, then exits with $FAKE_EXIT (default 0).
+worker:    writes {argv, env, core_limit} as JSON to $FAKE_OUT/<rank>.json (if set), runs
+           $FAKE_SLEEP seconds, or until the file $FAKE_BARRIER exists (so that many
+           workers end at the same moment), printing a line every $FAKE_TICK seconds if
+           set (output: the stall detector sees progress), then exits with $FAKE_EXIT
+           (default 0).
 """
 
 import json
@@ -37,5 +40,13 @@ else:
         with open(os.path.join(out, os.environ["MXBATCH_RANK"] + ".json"), "w") as handle:
             json.dump({"argv": sys.argv[1:], "env": dict(os.environ),
                        "core_limit": resource.getrlimit(resource.RLIMIT_CORE)}, handle)
-    time.sleep(float(os.environ.get("FAKE_SLEEP", 0)))
+    barrier = os.environ.get("FAKE_BARRIER")
+    tick = float(os.environ.get("FAKE_TICK") or 0)
+    end = time.time() + float(os.environ.get("FAKE_SLEEP", 0))
+    next_tick = time.time()
+    while (time.time() < end if not barrier else not os.path.exists(barrier)):
+        if tick and time.time() >= next_tick:
+            print("tick", flush=True)
+            next_tick += tick
+        time.sleep(min(0.05, max(0.0, end - time.time())) if not barrier else 0.05)
     sys.exit(int(os.environ.get("FAKE_EXIT", 0)))

@@ -34,9 +34,9 @@ def test_cli_import_pulls_in_no_heavy_module():
 
 def test_runtime_zipapp_runs_with_a_bare_python(tmp_path):
     target = bundle.write_runtime(tmp_path / "runtime.pyz")
-    assert "mxbatch_runtime/supervisor.py" in zipfile.ZipFile(target).namelist()
+    assert "mxbatch_runtime/agent.py" in zipfile.ZipFile(target).namelist()
     result = subprocess.run([sys.executable, "-I", str(target), "--help"], capture_output=True,
                             text=True)
-    assert result.returncode == 0 and "manage" in result.stdout
+    assert result.returncode == 0 and "agent" in result.stdout
     again = bundle.write_runtime(tmp_path / "again.pyz")
     assert again.read_bytes() == target.read_bytes()  # deterministic

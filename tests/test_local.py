@@ -214,7 +214,7 @@ def test_render_prints_tasks_without_creating_anything(cli, tmp_path):
     result = cli.run("render", str(spec))
     assert result.returncode == 0, result.stderr
     assert "task 3: worker[1]" in result.stdout and "DMLC_ROLE=worker" in result.stdout
-    assert "runtime.pyz manage" in result.stdout
+    assert "runtime.pyz agent" in result.stdout
     assert cli.run_dirs() == []
 
 

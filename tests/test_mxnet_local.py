@@ -116,6 +116,27 @@ def test_startup_deadline_when_workers_never_start(cli, example, tmp_path):
     assert_no_processes(result.stdout.split()[0])
 
 
+def test_stopped_worker_fails_the_job_within_40s(cli, example):
+    """A worker frozen with SIGSTOP (like a deadlock or a frozen node) with a 20 s stall
+    timeout: the job fails within 40 s naming it, and nothing is left, the stopped
+    process included."""
+    example.write_text(example.read_text().replace("grace: 10s", "grace: 10s\n"
+                                                                 "  stall_timeout: 20s"))
+    job, run_dir = _start_long_job(cli, example)
+    victim = task_record(run_dir, "worker", 1)["pid"]
+    os.kill(victim, signal.SIGSTOP)
+    stopped = time.time()
+    result = cli.run("wait", job, "--timeout", "90")
+    assert result.returncode == 1, result.stderr
+    assert "FAILED: worker[1] stalled: its process has been stopped" in result.stderr
+    abort = json.loads((run_dir / "abort.json").read_text())
+    assert 20 <= abort["at"] - stopped < 40
+    ended = max(task_record(run_dir, t["role"], t["rank"])["ended_at"]
+                for t in cli.status(job)["tasks"])
+    assert ended - abort["at"] < 15  # grace 10 s: SIGTERM, SIGCONT, SIGKILL
+    assert_no_processes(job)
+
+
 def test_cancel_running_training(cli, example):
     job, _ = _start_long_job(cli, example)
     result = cli.run("cancel", job)

@@ -27,6 +27,7 @@ from mxbatch.runtime.roles import Role
 from mxbatch.runtime.states import (
     AbortKind,
     AbortRecord,
+    DigestRecord,
     SchedulerRecord,
     TaskRecord,
     TaskState,
@@ -258,12 +259,17 @@ class DictStore(KeyValueStore):
 def test_key_value_rendezvous_round_trips_and_first_abort_wins():
     store = DictStore()
     rdv = KeyValueRendezvous(store)
-    assert rdv.read_scheduler() is None and rdv.read_tasks() == {} and rdv.read_abort() is None
+    keys = [(WORKER, 0), (WORKER, 1)]
+    assert rdv.read_scheduler() is None and rdv.read_tasks(keys) == {}
+    assert rdv.read_abort() is None and rdv.read_digest() is None
     rdv.publish_scheduler(SchedulerRecord(job_id="j", ip="127.0.0.1", port=9000))
     assert rdv.read_scheduler().port == 9000
     rdv.write_task(TaskRecord(role=WORKER, rank=1, state=TaskState.RUNNING, heartbeat=3))
     store.put("task/junk", b"{not json")
-    assert rdv.read_tasks()[(WORKER, 1)].heartbeat == 3
+    assert rdv.read_tasks(keys)[(WORKER, 1)].heartbeat == 3
+    assert rdv.read_task(WORKER, 1).heartbeat == 3 and rdv.read_task(WORKER, 0) is None
+    rdv.publish_digest(DigestRecord(job_id="j", seq=4))
+    assert rdv.read_digest().seq == 4
     first = AbortRecord(kind=AbortKind.FAILED, reason="worker[1] exited with code 1")
     assert rdv.write_abort(first) is True
     assert rdv.write_abort(AbortRecord(kind=AbortKind.CANCELLED, reason="later")) is False

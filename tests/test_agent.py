@@ -1,0 +1,117 @@
+"""The per-host agent with stand-in roles (fast, no MXNet): hundreds of tasks in one
+process, ending together or torn down on one failure, and stall detection (a stopped
+role, an idle worker). Durations come from the job's own records."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from mxbatch.runtime.layout import RunLayout
+
+from .conftest import FAKEROLE, assert_no_processes, task_record, wait_for
+
+
+def many_task_spec(tmp_path: Path, *, servers: int, workers: int, extra_env: str = "",
+                   grace: str = "2s", name: str = "many") -> Path:
+    role = json.dumps([sys.executable, str(FAKEROLE)])
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"name: {name}\ncommand: {role}\nworkdir: {tmp_path}\n"
+                    f"env: {{FAKE_BARRIER: '{tmp_path / 'go'}'{extra_env}}}\n"
+                    f"roles: {{server: {{count: {servers}}}, worker: {{count: {workers}}}}}\n"
+                    f"rendezvous: {{startup_timeout: 10m, grace: {grace}}}\n")
+    return path
+
+
+def digest(cli, job: str) -> dict:
+    try:
+        return json.loads(Path(RunLayout(str(cli.home / "runs" / job)).digest).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def all_running(cli, job: str, count: int) -> bool:
+    return digest(cli, job).get("states", {}).get("RUNNING") == count
+
+
+def test_hundreds_of_tasks_ending_at_the_same_moment_succeed(cli, tmp_path):
+    """301 tasks; every worker exits at the same moment (a barrier file): the job
+    succeeds, no task is reported lost, nothing is left."""
+    spec = many_task_spec(tmp_path, servers=100, workers=200)
+    job = cli.submit(spec)
+    wait_for(lambda: all_running(cli, job, 301), 300, "all 301 tasks to run", interval=0.5)
+    (tmp_path / "go").touch()
+    result = cli.run("wait", job, "--timeout", "120")
+    assert result.returncode == 0, result.stderr[-2000:]
+    status = cli.status(job)
+    assert status["state"] == "SUCCEEDED"
+    assert {t["state"] for t in status["tasks"]} == {"SUCCEEDED"}
+    assert_no_processes(job)
+
+
+def test_a_256_task_job_is_torn_down_on_one_failure(cli, tmp_path):
+    """1 scheduler, 32 servers, 224 workers in one agent; SIGKILL of one worker stops
+    all of them within the grace period (measured from the records)."""
+    spec = many_task_spec(tmp_path, servers=32, workers=224, name="big")
+    job = cli.submit(spec)
+    wait_for(lambda: all_running(cli, job, 257), 300, "all 257 tasks to run", interval=0.5)
+    run_dir = cli.home / "runs" / job
+    victim = task_record(run_dir, "worker", 100)
+    os.kill(victim["pid"], signal.SIGKILL)
+    result = cli.run("wait", job, "--timeout", "120")
+    assert result.returncode == 1
+    assert "FAILED: worker[100] was killed by SIGKILL" in result.stderr
+    abort = json.loads(Path(RunLayout(str(run_dir)).abort).read_text())
+    ended = [task_record(run_dir, t["role"], t["rank"])["ended_at"]
+             for t in cli.status(job)["tasks"]]
+    teardown = max(ended) - abort["at"]
+    sys.stderr.write(f"257 tasks: torn down {teardown:.2f}s after the abort\n")
+    assert teardown < 2 + 5  # grace 2s, SIGKILL after it, and the loop's own pace
+    assert_no_processes(job)
+
+
+def test_a_stopped_worker_fails_the_job_as_a_stall(cli, tmp_path):
+    spec_env = ", FAKE_TICK: '0.5'"  # busy workers: output every half second
+    spec = many_task_spec(tmp_path, servers=1, workers=2, extra_env=spec_env, name="stall")
+    text = spec.read_text().replace("grace: 2s", "grace: 2s, stall_timeout: 4s")
+    spec.write_text(text)
+    job = cli.submit(spec)
+    wait_for(lambda: all_running(cli, job, 4), 60, "the tasks to run", interval=0.2)
+    run_dir = cli.home / "runs" / job
+    victim = task_record(run_dir, "worker", 1)
+    os.kill(victim["pid"], signal.SIGSTOP)
+    result = cli.run("wait", job, "--timeout", "60")
+    assert result.returncode == 1, result.stderr
+    assert "worker[1] stalled: its process has been stopped" in result.stderr
+    assert "idle time of each task:" in result.stderr
+    abort = json.loads(Path(RunLayout(str(run_dir)).abort).read_text())
+    assert abort["role"] == "worker" and abort["rank"] == 1
+    started = task_record(run_dir, "worker", 1)["started_at"]
+    assert abort["at"] - started >= 4
+    assert_no_processes(job)  # the stopped one included
+
+
+def test_an_idle_worker_fails_the_job_as_a_stall(cli, tmp_path):
+    spec = many_task_spec(tmp_path, servers=1, workers=1, name="idle")
+    spec.write_text(spec.read_text().replace("grace: 2s", "grace: 2s, stall_timeout: 3s"))
+    result = cli.run("submit", "--wait", str(spec))
+    assert result.returncode == 1, result.stderr
+    assert "worker[0] stalled: it has used no CPU and written no output for" in result.stderr
+    assert_no_processes(result.stdout.split()[0])
+
+
+def test_killed_agent_of_a_detached_job_is_noticed(cli, tmp_path):
+    """The local job's agent dies (SIGKILL): its roles die with it, and `wait` reports
+    the tasks lost."""
+    spec = many_task_spec(tmp_path, servers=2, workers=2, name="agentkill")
+    job = cli.submit(spec)
+    wait_for(lambda: all_running(cli, job, 5), 60, "the tasks to run", interval=0.2)
+    agent = task_record(cli.home / "runs" / job, "server", 0)["supervisor_pid"]
+    os.kill(agent, signal.SIGKILL)
+    result = cli.run("wait", job, "--timeout", "60")
+    assert result.returncode == 1
+    assert "lost" in result.stderr
+    assert_no_processes(job)
