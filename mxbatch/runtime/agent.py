@@ -5,12 +5,12 @@ in one event loop, like torchrun's per-node agent.
 Each loop (every ``POLL_S``, woken at once by role output and by SIGCHLD):
 - every task steps (``TaskRunner``); a task's failure becomes the job's abort;
 - role output is copied from the pipes into the task logs;
-- task records are written when they change, and every ``heartbeat_s`` anyway
-  (the heartbeat counter grows);
-- the abort record is read every ``plan.abort_poll_s``; on abort every task stops;
+- task records are written when they change, and every ``Schedule.heartbeat_s``
+  anyway (the heartbeat counter grows);
+- the abort record is read every ``Schedule.abort_poll_s``; on abort every task stops;
 - the watcher (the agent of task 0, the scheduler) checks every task and publishes
-  the digest every ``watch_s``; the other agents read the digest every
-  ``heartbeat_s`` (see ``watch``);
+  the digest every ``Schedule.watch_s``; the other agents read the digest every
+  heartbeat (see ``watch``);
 - running roles' progress (CPU, output, stopped) is measured every ``PROGRESS_S`` for
   stall detection;
 - a signal to the agent (SIGTERM, SIGINT, SIGHUP) aborts the job: cancelled, when the
@@ -20,7 +20,8 @@ Each loop (every ``POLL_S``, woken at once by role output and by SIGCHLD):
 File operations on shared storage, per task and second in steady state: a heartbeat
 write every 5 s (2 operations: temporary file, rename), the abort record every second
 (1), the digest every 5 s (0.2): 1.6; and the watcher reads each other task's record
-every ``watch_s`` = max(2 s, N / 250 s): at most 0.5 more per task, whatever N.
+every ``Schedule.watch_s`` = max(3 s, N / 250 s): at most 0.33 more per task,
+whatever N.
 
 The exit status is 0 when every task of this agent succeeded, 1 otherwise.
 """
@@ -31,7 +32,7 @@ import signal
 import socket
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional
 
 from . import procstat
 from .planfile import RunPlan, TaskInfo
@@ -44,9 +45,25 @@ POLL_S = 0.05
 PROGRESS_S = 1.0
 HEARTBEAT_S = 5.0
 #: the watcher reads every other task's record at most this often per ``N / 250``
-WATCH_MIN_S = 2.0
+WATCH_MIN_S = 3.0
 WATCH_TASKS_PER_S = 250.0
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class Schedule(NamedTuple):
+    """How often an agent of ``plan`` touches the rendezvous (seconds): its tasks'
+    heartbeat (a record write; followers also read the digest then), the abort record,
+    and, for the watcher, every other task's record."""
+
+    heartbeat_s: float
+    abort_poll_s: float
+    watch_s: float
+
+    @classmethod
+    def of(cls, plan: RunPlan) -> "Schedule":
+        third = plan.heartbeat_timeout_s / 3  # a stale heartbeat is seen in time
+        return cls(heartbeat_s=min(HEARTBEAT_S, third), abort_poll_s=plan.abort_poll_s,
+                   watch_s=min(max(WATCH_MIN_S, len(plan.tasks) / WATCH_TASKS_PER_S), third))
 
 
 class Agent:
@@ -76,9 +93,7 @@ class Agent:
         watching = any(t.index == 0 for t in tasks)
         self.watch = JobWatch(plan, self.by) if watching else None
         self.follower = None if watching else DigestFollower(plan)
-        self.heartbeat_s = min(HEARTBEAT_S, plan.heartbeat_timeout_s / 3)
-        self.watch_s = min(max(WATCH_MIN_S, len(plan.tasks) / WATCH_TASKS_PER_S),
-                           plan.heartbeat_timeout_s / 3)
+        self.schedule = Schedule.of(plan)
         self.aborted: Optional[AbortRecord] = None
         self.workers_done_seen: Optional[float] = None
         self._signalled: Optional[int] = None
@@ -184,7 +199,7 @@ class Agent:
     def _periodic(self, wall: float, mono: float) -> None:
         if self._due("progress", mono, PROGRESS_S):
             self._observe(mono)
-        if self._due("beat", mono, self.heartbeat_s):
+        if self._due("beat", mono, self.schedule.heartbeat_s):
             for runner in self.runners:
                 if not runner.done:
                     runner.record.heartbeat += 1
@@ -195,12 +210,12 @@ class Agent:
                 lost = self.follower.watcher_lost(mono)
                 if lost and self.aborted is None:
                     self._abort(AbortRecord(kind=AbortKind.FAILED, reason=lost, by=self.by))
-        if self.aborted is None and self._due("abort", mono, self.plan.abort_poll_s):
+        if self.aborted is None and self._due("abort", mono, self.schedule.abort_poll_s):
             abort = self.rdv.read_abort()
             if abort is not None:
                 self._stop_all(abort, wall, mono)
-        if self.watch is not None and self.aborted is None and self._due("watch", mono,
-                                                                         self.watch_s):
+        if self.watch is not None and self.aborted is None and self._due(
+                "watch", mono, self.schedule.watch_s):
             records = self._all_records(own_only=False)
             abort = self.watch.check(records, wall, mono)
             if abort is not None:

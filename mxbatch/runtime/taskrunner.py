@@ -43,7 +43,7 @@ from .states import AbortKind, AbortRecord, SchedulerRecord, TaskRecord, TaskSta
 SCHEDULER_ATTEMPTS = 3
 #: how often a waiting member looks for the scheduler's record at most, and how
 #: often a started one checks whether the scheduler moved (until it listens)
-MEMBER_POLL_CAP_S = 1.0
+MEMBER_POLL_CAP_S = 0.5
 FOLLOW_SCHEDULER_S = 0.5
 LISTEN_CHECK_S = 0.1
 
