@@ -7,7 +7,8 @@ worker:    writes {argv, env, core_limit} as JSON to $FAKE_OUT/<rank>.json (if s
            $FAKE_SLEEP seconds, or until the file $FAKE_BARRIER exists (so that many
            workers end at the same moment), printing a line every $FAKE_TICK seconds if
            set (output: the stall detector sees progress), then exits with $FAKE_EXIT
-           (default 0).
+           (default 0). The worker whose rank is $FAKE_RAISE_RANK raises an exception as
+           soon as the file $FAKE_RAISE_ON exists.
 """
 
 import json
@@ -42,9 +43,13 @@ else:
                        "core_limit": resource.getrlimit(resource.RLIMIT_CORE)}, handle)
     barrier = os.environ.get("FAKE_BARRIER")
     tick = float(os.environ.get("FAKE_TICK") or 0)
+    raise_on = (os.environ.get("FAKE_RAISE_ON")
+                if os.environ.get("FAKE_RAISE_RANK") == os.environ["MXBATCH_RANK"] else None)
     end = time.time() + float(os.environ.get("FAKE_SLEEP", 0))
     next_tick = time.time()
     while (time.time() < end if not barrier else not os.path.exists(barrier)):
+        if raise_on and os.path.exists(raise_on):
+            raise RuntimeError("simulated failure of worker rank %s" % os.environ["MXBATCH_RANK"])
         if tick and time.time() >= next_tick:
             print("tick", flush=True)
             next_tick += tick

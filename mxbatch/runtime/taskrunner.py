@@ -14,8 +14,9 @@ Contract of a role process:
 - the scheduler's runner picks a free port, starts the role and publishes its
   ``SchedulerRecord`` at once (every role imports MXNet in parallel; zmq retries until
   the scheduler binds), again with ``listening`` once the port accepts connections;
-  if the role dies before that (port taken), it retries another port with
-  ``attempt + 1``, and members that started with the old address restart their role;
+  if the role exits with an error before that (port taken), it retries another port
+  with ``attempt + 1``, and members that started with the old address restart their
+  role (a role killed by a signal is a failure, never retried);
 - an exit other than 0, a passed walltime, or a failed start is the task's failure:
   ``TaskFailed`` carries the abort record for the agent to publish;
 - to stop, the group gets SIGTERM (and SIGCONT, which a stopped process needs to see
@@ -289,8 +290,8 @@ class TaskRunner:
             self.stop(TaskState.SUCCEEDED, "stopped after every worker succeeded", wall, mono)
 
     def _exited(self, code: int, wall: float, mono: float) -> None:
-        if (self.task.role is Role.SCHEDULER and code != 0 and self._published is not None
-                and not self._published.listening):
+        if (self.task.role is Role.SCHEDULER and code > 0 and self._published is not None
+                and not self._published.listening):  # exited (port taken?), not killed
             self.say("scheduler exited with %s before listening on port %d"
                      % (code, self._published.port))
             if self._published.attempt < SCHEDULER_ATTEMPTS:

@@ -1,0 +1,237 @@
+"""The fault matrix: every failure mxbatch must handle, injected for real on a backend.
+
+A cell is one fault on one backend: a job of stand-in roles (``fakerole.py``: a
+scheduler that listens, 1 server, 2 busy workers) is submitted, the fault injected
+(a worker raises; a worker, server or scheduler SIGKILLed; a worker SIGSTOPped; a
+supervisor SIGKILLed; a task that cannot start; the scheduler's port taken; cancel
+while queued; cancel while running), and the cell checks that the job ended, that
+its reason names the task and the cause, and that nothing of it is left running or
+queued. ``run_cell`` returns a ``Cell`` with the time from the injection to the end
+of the job, as the job's own records say. ``tests/test_fault_matrix.py`` runs every
+cell on every backend whose cluster is up; ``bench/fault_matrix.py`` prints the table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import re
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+from mxbatch import procs
+from mxbatch.runtime.layout import RunLayout
+
+FAKEROLE = Path(__file__).resolve().parent / "fakerole.py"
+#: the short timeouts every cell's job runs with
+TIMEOUTS = "grace: 2s, heartbeat_timeout: 6s, stall_timeout: 6s"
+
+
+class Fault(str, enum.Enum):
+    WORKER_RAISES = "worker raises"
+    WORKER_KILLED = "worker SIGKILL"
+    SERVER_KILLED = "server SIGKILL"
+    SCHEDULER_KILLED = "scheduler SIGKILL"
+    WORKER_STOPPED = "worker SIGSTOP (stall)"
+    SUPERVISOR_KILLED = "supervisor SIGKILL"
+    NEVER_STARTS = "task never starts"
+    PORT_TAKEN = "scheduler port taken"
+    CANCEL_QUEUED = "cancel while queued"
+    CANCEL_RUNNING = "cancel while running"
+
+
+#: what the job's reason must say, per fault
+EXPECTED: Dict[Fault, str] = {
+    Fault.WORKER_RAISES: r"worker\[1\] exited with code 1",
+    Fault.WORKER_KILLED: r"worker\[1\] was killed by SIGKILL",
+    Fault.SERVER_KILLED: r"server\[0\] was killed by SIGKILL",
+    Fault.SCHEDULER_KILLED: r"scheduler\[0\] was killed by SIGKILL",
+    Fault.WORKER_STOPPED: r"worker\[1\] stalled: its process has been stopped",
+    Fault.SUPERVISOR_KILLED: r"worker\[1\] lost",
+    Fault.NEVER_STARTS: r"startup deadline \(\d+s\) passed and .* never started: .*worker",
+    Fault.PORT_TAKEN: r"scheduler\[0\]: no free port in (\d+)-\1",
+    Fault.CANCEL_QUEUED: r"cancelled by the user",
+    Fault.CANCEL_RUNNING: r"cancelled by the user",
+}
+CANCELLED = (Fault.CANCEL_QUEUED, Fault.CANCEL_RUNNING)
+STARVED = (Fault.NEVER_STARTS, Fault.CANCEL_QUEUED)
+
+
+def occupy_here(port: int) -> Callable[[], None]:
+    """Listen on ``port`` on every address of this host; returns the release."""
+    sock = socket.socket()
+    sock.bind(("", port))
+    sock.listen(1)
+    return sock.close
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """How the matrix runs on one backend: its test cluster (None: none needed), its
+    options, how to starve a job (a task that cannot start), how to see what is left
+    in its queue, and how to occupy a port where the scheduler will run."""
+
+    backend: str
+    cluster: Optional[str] = None
+    options: str = ""
+    starved_options: str = ""
+    starved_spec: str = ""
+    queued: Callable[[object, str], List[str]] = lambda cli, job: []
+    occupy: Callable[[int], Callable[[], None]] = None  # type: ignore[assignment]
+
+
+PROFILES: Dict[str, Profile] = {
+    "local": Profile("local", starved_options="slots: 3", occupy=occupy_here),
+}
+
+
+@dataclasses.dataclass
+class Cell:
+    backend: str
+    fault: Fault
+    ok: bool
+    seconds: Optional[float]
+    reason: str
+    problem: str = ""
+
+    def row(self) -> List[str]:
+        mark = "ok" if self.ok else "FAILED: " + self.problem
+        return [self.fault.value, f"{self.seconds:.1f} s" if self.seconds is not None else "-",
+                mark, self.reason[:90]]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def write_spec(tmp_path: Path, profile: Profile, fault: Fault, port: int) -> Path:
+    role = json.dumps([sys.executable, str(FAKEROLE)])
+    starved = fault in STARVED
+    options = profile.starved_options if starved else profile.options
+    text = (f"name: fm-{fault.name.lower().replace('_', '-')}\ncommand: {role}\n"
+            f"workdir: {tmp_path}\n"
+            f"env: {{FAKE_TICK: '0.5', FAKE_BARRIER: '{tmp_path / 'never'}', "
+            f"FAKE_RAISE_RANK: '1', FAKE_RAISE_ON: '{tmp_path / 'raise'}'}}\n"
+            f"roles: {{server: {{count: 1}}, worker: {{count: 2}}}}\n"
+            f"rendezvous: {{startup_timeout: {'15s' if fault is Fault.NEVER_STARTS else '3m'}"
+            f", {TIMEOUTS}}}\n")
+    if fault is Fault.PORT_TAKEN:
+        text += f"network: {{ports: {port}-{port}}}\n"
+    if starved and profile.starved_spec:
+        text += profile.starved_spec
+    if options:
+        text += f"backends:\n  {profile.backend}: {{{options}}}\n"
+    path = tmp_path / "fault.yaml"
+    path.write_text(text)
+    return path
+
+
+def _records(cli, job: str) -> Dict[str, dict]:
+    layout = RunLayout(str(cli.home / "runs" / job))
+    found = {}
+    for name in ("scheduler-0", "server-0", "worker-0", "worker-1"):
+        role, rank = name.rsplit("-", 1)
+        try:
+            found[name] = json.loads(Path(layout.task_record(role, int(rank))).read_text())
+        except (OSError, ValueError):
+            found[name] = {}
+    return found
+
+
+def _listening(cli, job: str) -> bool:
+    path = Path(RunLayout(str(cli.home / "runs" / job)).scheduler)
+    try:
+        return bool(json.loads(path.read_text()).get("listening"))
+    except (OSError, ValueError):
+        return False
+
+
+def _wait_running(cli, job: str, deadline_s: float = 180) -> Dict[str, dict]:
+    """Every task's record once all run and the scheduler listens."""
+    end = time.time() + deadline_s
+    while time.time() < end:
+        records = _records(cli, job)
+        if (all(r.get("state") == "RUNNING" and r.get("pid") for r in records.values())
+                and _listening(cli, job)):
+            return records
+        time.sleep(0.2)
+    raise AssertionError(f"{job}: the tasks did not all run within {deadline_s}s: "
+                         + ", ".join(f"{k} {v.get('state')}" for k, v in records.items()))
+
+
+def _inject(fault: Fault, records: Dict[str, dict], tmp_path: Path) -> None:
+    import os
+    import signal
+
+    if fault is Fault.WORKER_RAISES:
+        (tmp_path / "raise").touch()
+    elif fault is Fault.WORKER_KILLED:
+        os.kill(records["worker-1"]["pid"], signal.SIGKILL)
+    elif fault is Fault.SERVER_KILLED:
+        os.kill(records["server-0"]["pid"], signal.SIGKILL)
+    elif fault is Fault.SCHEDULER_KILLED:
+        os.kill(records["scheduler-0"]["pid"], signal.SIGKILL)
+    elif fault is Fault.WORKER_STOPPED:
+        os.kill(records["worker-1"]["pid"], signal.SIGSTOP)
+    elif fault is Fault.SUPERVISOR_KILLED:
+        os.kill(records["worker-1"]["supervisor_pid"], signal.SIGKILL)
+
+
+def run_cell(cli, profile: Profile, fault: Fault, tmp_path: Path) -> Cell:
+    """Run one cell (see the module docstring); never raises for a failed check."""
+    port = free_port()
+    release = profile.occupy(port) if fault is Fault.PORT_TAKEN and profile.occupy else None
+    job = ""
+    try:
+        spec = write_spec(tmp_path, profile, fault, port)
+        job = cli.submit(spec, "--backend", profile.backend)
+        if fault in (Fault.NEVER_STARTS, Fault.PORT_TAKEN):
+            injected = time.time()
+        elif fault is Fault.CANCEL_QUEUED:
+            end = time.time() + 60  # some tasks may start: the starved ones stay queued
+            while time.time() < end and not _records(cli, job)["scheduler-0"].get("state"):
+                time.sleep(0.2)
+            injected = time.time()
+        else:
+            records = _wait_running(cli, job)
+            injected = time.time()
+            _inject(fault, records, tmp_path)
+        if fault in CANCELLED:
+            result = cli.run("cancel", job)
+        else:
+            result = cli.run("wait", job, "--timeout", "120")
+        status = cli.status(job)
+        reason = status.get("reason", "")
+        ended = [r.get("ended_at") for r in _records(cli, job).values() if r.get("ended_at")]
+        seconds = (max(ended) if ended and fault is not Fault.CANCEL_QUEUED
+                   else time.time()) - injected
+        problems = []
+        want_state = "CANCELLED" if fault in CANCELLED else "FAILED"
+        want_code = 0 if fault in CANCELLED else 1
+        if result.returncode != want_code:
+            problems.append(f"exit {result.returncode}: {result.stderr.strip()[-300:]}")
+        if status["state"] != want_state:
+            problems.append(f"state {status['state']}")
+        if not re.search(EXPECTED[fault], reason):
+            problems.append(f"reason does not match {EXPECTED[fault]!r}")
+        left = procs.job_processes(job)
+        if left:
+            procs.kill_all(left)
+            problems.append(f"processes left: {left}")
+        queued = profile.queued(cli, job)
+        if queued:
+            problems.append(f"left in the queue: {queued}")
+        return Cell(profile.backend, fault, not problems, seconds, reason, "; ".join(problems))
+    except Exception as exc:  # a broken cell is a failed cell, with the reason
+        return Cell(profile.backend, fault, False, None, "", f"{type(exc).__name__}: {exc}")
+    finally:
+        if release:
+            release()
+        if job:
+            cli.run("cancel", job)
