@@ -12,6 +12,7 @@ from typing import List, Optional, Sequence
 import click
 
 from . import __version__, jobs, records
+from . import config as siteconfig
 from . import spec as specs
 from .errors import ExitCode, MxbatchError, SpecError
 from .follow import LogTail, follow, supervise
@@ -19,8 +20,11 @@ from .runtime.roles import Role
 from .schema import DEFAULT_BACKEND
 from .status import JobState, JobStatus
 
-_BACKEND = click.option("--backend", "-b", default=DEFAULT_BACKEND, show_default=True,
-                        help="Where to run: local, sge, slurm, yarn, or a plugin's name.")
+_BACKEND = click.option("--backend", "-b", default=None,
+                        help="Where to run: local, sge, slurm, yarn, or a plugin's name "
+                             f"(default: the spec's or profile's backend, else {DEFAULT_BACKEND}).")
+_PROFILE = click.option("--profile", "-p", default=None, metavar="NAME",
+                        help="Site profile of the config file (default: its default_profile).")
 _WORKERS = click.option("-n", "--workers", type=int, default=None,
                         help="Number of workers (overrides the spec).")
 _SERVERS = click.option("-s", "--servers", type=int, default=None,
@@ -45,20 +49,23 @@ def main() -> None:
 @_BACKEND
 @_WORKERS
 @_SERVERS
+@_PROFILE
 @click.option("--wait/--detach", "-w", default=False,
               help="Follow the job, stream its logs and exit with its outcome.")
 @click.option("--quiet", "-q", is_flag=True, help="With --wait: do not stream logs.")
-def submit(spec_file: Path, backend: str, workers: Optional[int], servers: Optional[int],
-           wait: bool, quiet: bool) -> None:
+def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
+           servers: Optional[int], profile: Optional[str], wait: bool, quiet: bool) -> None:
     """Submit the job described by SPEC_FILE; print its id."""
-    spec = specs.load(spec_file)
-    _submit_and_maybe_follow(spec, backend, workers, servers, wait, quiet)
+    spec = siteconfig.load_job(spec_file, profile=profile)
+    _submit_and_maybe_follow(spec, siteconfig.backend_name(spec, backend), workers, servers,
+                             wait, quiet)
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
 @_WORKERS
 @_SERVERS
 @_BACKEND
+@_PROFILE
 @click.option("--name", default="launch", show_default=True, help="Job name.")
 @click.option("--env", "-e", "env", multiple=True, metavar="NAME=VALUE",
               help="Environment variable for every role (repeatable).")
@@ -74,20 +81,20 @@ def submit(spec_file: Path, backend: str, workers: Optional[int], servers: Optio
 @click.option("--detach", is_flag=True, help="Return at once with the job id.")
 @click.option("--quiet", "-q", is_flag=True, help="Do not stream logs.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def launch(workers: Optional[int], servers: Optional[int], backend: str, name: str,
-           env: Sequence[str], workdir: Path, interface: Optional[str], ports: Optional[str],
-           startup_timeout: Optional[str], grace: Optional[str], stall_timeout: Optional[str],
-           detach: bool, quiet: bool, command: List[str]) -> None:
+def launch(workers: Optional[int], servers: Optional[int], backend: Optional[str],
+           profile: Optional[str], name: str, env: Sequence[str], workdir: Path,
+           interface: Optional[str], ports: Optional[str], startup_timeout: Optional[str],
+           grace: Optional[str], stall_timeout: Optional[str], detach: bool, quiet: bool,
+           command: List[str]) -> None:
     """Run COMMAND for every role, like MXNet's launch.py (no spec file).
 
     Blocks until the job ends and exits with its outcome:
     mxbatch launch -n 2 -s 2 -- python3 train.py --kvstore dist_sync
     """
+    roles = {role: {"count": count} for role, count in (("worker", workers), ("server", servers))
+             if count is not None}  # else: the profile's, else 1 worker, servers = workers
     data: dict = {"name": name, "command": list(command), "workdir": str(workdir),
-                  "env": _parse_env(env),
-                  "roles": {"worker": {"count": workers if workers is not None else 1},
-                            "server": {"count": servers if servers is not None else
-                                       (workers if workers is not None else 1)}}}
+                  "env": _parse_env(env), "roles": roles}
     if interface or ports:
         data["network"] = {k: v for k, v in (("interface", interface), ("ports", ports)) if v}
     rendezvous = {k: v for k, v in (("startup_timeout", startup_timeout), ("grace", grace),
@@ -96,8 +103,10 @@ def launch(workers: Optional[int], servers: Optional[int], backend: str, name: s
         rendezvous["stall_timeout"] = None
     if rendezvous:
         data["rendezvous"] = rendezvous
-    spec = specs.from_mapping(data, base_dir=Path.cwd(), default_name=name)
-    _submit_and_maybe_follow(spec, backend, None, None, not detach, quiet)
+    spec = siteconfig.job_from_mapping(data, base_dir=Path.cwd(), default_name=name,
+                                       profile=profile)
+    _submit_and_maybe_follow(spec, siteconfig.backend_name(spec, backend), None, None,
+                             not detach, quiet)
 
 
 def _parse_env(pairs: Sequence[str]) -> dict:
@@ -200,14 +209,26 @@ class _RenderCommand(click.Command):
 @_BACKEND
 @_WORKERS
 @_SERVERS
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def render(spec_file: Path, backend: str, workers: Optional[int],
-           servers: Optional[int], as_json: bool) -> None:
+@_PROFILE
+@click.option("--format", "output_format", type=click.Choice(["text", "json", "shell"]),
+              default="text", show_default=True,
+              help="text: what submit runs; json: the same as data; shell: a bash script "
+                   "that starts every role by hand with its DMLC_* variables (local).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (--format json).")
+def render(spec_file: Path, backend: Optional[str], workers: Optional[int],
+           servers: Optional[int], profile: Optional[str], output_format: str,
+           as_json: bool) -> None:
     """Print exactly what submit would run (per-task argv and env, job scripts)."""
-    spec = specs.load(spec_file)
+    spec = siteconfig.load_job(spec_file, profile=profile)
+    backend = siteconfig.backend_name(spec, backend)
+    if output_format == "shell":
+        from .shellscript import render_script
+
+        click.echo(render_script(specs.with_counts(spec, workers, servers), backend), nl=False)
+        return
     _, request = jobs.prepare(spec, backend, workers=workers, servers=servers,
                               for_submit=False)
-    if as_json:
+    if as_json or output_format == "json":
         click.echo(json.dumps(request.to_dict(), indent=2))
     else:
         click.echo(request.describe(), nl=False)
@@ -323,3 +344,12 @@ def list_jobs(as_json: bool) -> None:
     for row in rows:
         click.echo(f"{row['job_id']:<32} {row['backend']:<6} {row['state']:<10} "
                    f"{row['submitted']}")
+
+
+def _add_site_commands() -> None:
+    from .cli_site import config_group
+
+    main.add_command(config_group)
+
+
+_add_site_commands()

@@ -94,6 +94,7 @@ class JobSpec:
     core_dumps: bool = False
     locations: Locations = dataclasses.field(
         default_factory=lambda: Locations(None), compare=False, repr=False)
+    backend: Optional[str] = None
 
     def role(self, role: Role) -> RoleSpec:
         return self.roles[role]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import re
 import shlex
 from pathlib import Path
@@ -37,6 +38,10 @@ from .units import parse_duration, parse_port_range, parse_size_mib
 
 T = TypeVar("T")
 
+#: the top-level keys of a job spec
+SPEC_KEYS = ("name", "backend", "command", "workdir", "env", "inherit_env", "resources",
+             "roles", "network", "rendezvous", "container", "backends", "core_dumps")
+
 def load(path: Path) -> JobSpec:
     """Read and validate the spec file at ``path``."""
     path = Path(path)
@@ -60,9 +65,9 @@ def from_mapping(data: Any, *, base_dir: Path, default_name: str = "job",
     """Validate plain data (as YAML would give) into a ``JobSpec``."""
     locations = locations or Locations(source)
     root = _Section(data, (), locations, "the job spec")
-    root.expect(("name", "command", "workdir", "env", "inherit_env", "resources", "roles",
-                 "network", "rendezvous", "container", "backends", "core_dumps"))
+    root.expect(SPEC_KEYS)
     name = root.take("name", _name, default=_safe_name(default_name))
+    backend = root.take("backend", _backend_name, default=None)
     command = root.take("command", _command, default=None)
     workdir = root.take("workdir", _path_in(base_dir), default=base_dir)
     env = root.take("env", _env, default={})
@@ -84,7 +89,7 @@ def from_mapping(data: Any, *, base_dir: Path, default_name: str = "job",
     return JobSpec(name=name, workdir=workdir, env=env, inherit_env=inherit_env, roles=roles,
                    network=network, rendezvous=rendezvous, backend_options=backend_options,
                    source=source, container=container, core_dumps=core_dumps,
-                   locations=locations)
+                   locations=locations, backend=backend)
 
 
 def with_counts(spec: JobSpec, workers: Optional[int] = None,
@@ -155,6 +160,27 @@ def _name(value: Any, _: KeyPath) -> str:
     return value
 
 
+def _backend_name(value: Any, _: KeyPath) -> str:
+    known = registry.names()
+    if value not in known:
+        close = difflib.get_close_matches(str(value), known, n=1, cutoff=0.5)
+        raise ValueError(f"unknown backend {value!r} "
+                         + (f"(did you mean {close[0]!r}?)" if close else
+                            f"(known backends: {', '.join(known)})"))
+    return value
+
+
+def expand_path(text: str) -> str:
+    """``~`` and ``$VAR``/``${VAR}`` of the submitting environment expanded in a path;
+    ``ValueError`` naming an unset variable."""
+    expanded = os.path.expandvars(os.path.expanduser(text))
+    unset = re.search(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", expanded)
+    if unset:
+        raise ValueError(f"${unset.group(1)} is not set in this environment "
+                         f"(in the path {text!r})")
+    return expanded
+
+
 def _safe_name(stem: str) -> str:
     cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", stem).lstrip("-_.")[:63]
     return cleaned or "job"
@@ -196,7 +222,7 @@ def _path_in(base_dir: Path) -> Callable[[Any, KeyPath], Path]:
     def parse(value: Any, _: KeyPath) -> Path:
         if not isinstance(value, str) or not value:
             raise ValueError(f"expected a path, got {kind_of(value)}")
-        return (base_dir / Path(value).expanduser()).resolve()
+        return (base_dir / Path(expand_path(value))).resolve()
     return parse
 
 

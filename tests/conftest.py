@@ -53,6 +53,7 @@ def home(tmp_path, monkeypatch) -> Path:
     """A fresh MXBATCH_HOME for this test (records and run directories)."""
     path = tmp_path / "home"
     monkeypatch.setenv("MXBATCH_HOME", str(path))
+    monkeypatch.setenv("MXBATCH_CONFIG", "")  # no site config file unless a test writes one
     return path
 
 

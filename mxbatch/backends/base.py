@@ -42,6 +42,7 @@ from typing import (
 
 from .. import rundir
 from ..errors import MxbatchError
+from ..jsonout import SCHEMA
 from ..plan import JobPlan
 from ..quoting import env_assignments, shell_words
 from ..records import JobRecord
@@ -57,8 +58,8 @@ from ..typed import from_data, to_data
 #: reads one task's log from a byte offset: ``reader(offset, final)`` -> the bytes
 #: from there on (None: nothing yet); ``final`` asks for a last, complete read
 LogReader = Callable[[int, bool], Optional[bytes]]
-#: the version of ``render --json`` output
-REQUEST_SCHEMA = 1
+#: the version of ``render --json`` output (that of every ``--json`` document)
+REQUEST_SCHEMA = SCHEMA
 
 
 @dataclasses.dataclass(frozen=True)

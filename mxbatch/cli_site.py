@@ -1,0 +1,104 @@
+"""The ``mxbatch config`` commands: the site's config file and what a job would get
+from it. Formatting only; the work is in ``config`` and ``effective``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Optional
+
+import click
+
+from . import config as siteconfig
+from . import jsonout
+from .effective import Setting, effective_settings, format_settings
+from .located import KeyPath
+from .runtime.roles import Role
+
+#: keys that belong to one job; left out when no SPEC is given
+_JOB_KEYS = ("name", "workdir")
+
+
+def _complete_profiles(ctx: click.Context, param: click.Parameter, incomplete: str):
+    try:
+        names = sorted(siteconfig.load_config().profiles)
+    except click.ClickException:
+        return []
+    return [name for name in names if name.startswith(incomplete)]
+
+
+def _complete_backends(ctx: click.Context, param: click.Parameter, incomplete: str):
+    from .backends.registry import names
+
+    return [name for name in names() if name.startswith(incomplete)]
+
+
+PROFILE = click.option("--profile", "-p", default=None, metavar="NAME",
+                       shell_complete=_complete_profiles,
+                       help="Site profile of the config file (default: its default_profile).")
+BACKEND = click.option("--backend", "-b", default=None, shell_complete=_complete_backends,
+                       help="Where to run: local, sge, slurm, yarn, or a plugin's name "
+                            "(default: the spec's or profile's backend, else local).")
+JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+@click.group(name="config")
+def config_group() -> None:
+    """The site config file: defaults and named profiles (see `config show`)."""
+
+
+@config_group.command(name="path")
+def config_path() -> None:
+    """Print where the config file is read from ($MXBATCH_CONFIG, XDG, ~/.config)."""
+    path = siteconfig.config_path()
+    click.echo(str(path) if path is not None else "(none: MXBATCH_CONFIG is empty)")
+
+
+@config_group.command(name="show")
+@click.argument("spec_file", required=False,
+                type=click.Path(dir_okay=False, path_type=Path))
+@PROFILE
+@BACKEND
+@click.option("-n", "--workers", type=int, default=None, help="Number of workers.")
+@click.option("-s", "--servers", type=int, default=None, help="Number of servers.")
+@JSON
+def config_show(spec_file: Optional[Path], profile: Optional[str], backend: Optional[str],
+                workers: Optional[int], servers: Optional[int], as_json: bool) -> None:
+    """Print the merged settings (flags > SPEC_FILE > profile > defaults > built-in),
+    each with the file and line, or flag, it came from."""
+    from .spec import with_counts
+
+    site = siteconfig.load_config()
+    if spec_file is not None:
+        spec = siteconfig.load_job(spec_file, profile=profile, site=site)
+    else:
+        spec = siteconfig.job_from_mapping({"command": ["COMMAND"]}, base_dir=Path.cwd(),
+                                           default_name="job", profile=profile, site=site)
+    spec = with_counts(spec, workers=workers, servers=servers)
+    flags: Dict[KeyPath, str] = {}
+    if backend:
+        flags[("backend",)] = "--backend"
+    if workers is not None:
+        flags[("roles", Role.WORKER.value, "count")] = "-n/--workers"
+    if servers is not None:
+        flags[("roles", Role.SERVER.value, "count")] = "-s/--servers"
+    settings = effective_settings(spec, siteconfig.backend_name(spec, backend), flags)
+    if spec_file is None:
+        settings = [s for s in settings if not _job_only(s)]
+    used = site.profile_name(profile)
+    path = str(site.path) if site.path is not None else None
+    if as_json:
+        click.echo(jsonout.dumps(jsonout.document(
+            {"config_file": path, "config_exists": bool(site.path and site.path.is_file()),
+             "profile": used, "spec": str(spec_file) if spec_file else None,
+             "settings": [s.to_dict() for s in settings]})))
+        return
+    exists = site.path is not None and site.path.is_file()
+    click.echo(f"# config file: {path or '(none)'}{'' if exists else ' (not present)'}")
+    click.echo(f"# profile: {used or '(none)'}")
+    click.echo("# precedence: command line > job spec > profile > defaults > built-in")
+    click.echo(format_settings(settings), nl=False)
+
+
+def _job_only(setting: Setting) -> bool:
+    parts = setting.key.split(".")
+    return parts[0] in _JOB_KEYS or (parts[0] == "roles" and parts[-1] == "command")
