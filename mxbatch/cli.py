@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import time
@@ -11,7 +10,7 @@ from typing import List, Optional, Sequence
 
 import click
 
-from . import __version__, jobs, records
+from . import __version__, jobs, jsonout, records
 from . import config as siteconfig
 from . import spec as specs
 from .errors import ExitCode, MxbatchError, SpecError
@@ -23,6 +22,8 @@ from .status import JobState, JobStatus
 _BACKEND = click.option("--backend", "-b", default=None,
                         help="Where to run: local, sge, slurm, yarn, or a plugin's name "
                              f"(default: the spec's or profile's backend, else {DEFAULT_BACKEND}).")
+_JSON = click.option("--json", "as_json", is_flag=True,
+                     help="Print one JSON document on stdout (schema: docs/reference/json.md).")
 _PROFILE = click.option("--profile", "-p", default=None, metavar="NAME",
                         help="Site profile of the config file (default: its default_profile).")
 _WORKERS = click.option("-n", "--workers", type=int, default=None,
@@ -52,13 +53,16 @@ def main() -> None:
 @_PROFILE
 @click.option("--wait/--detach", "-w", default=False,
               help="Follow the job, stream its logs and exit with its outcome.")
-@click.option("--quiet", "-q", is_flag=True, help="With --wait: do not stream logs.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="With --wait: do not stream logs nor show the status line.")
+@_JSON
 def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
-           servers: Optional[int], profile: Optional[str], wait: bool, quiet: bool) -> None:
+           servers: Optional[int], profile: Optional[str], wait: bool, quiet: bool,
+           as_json: bool) -> None:
     """Submit the job described by SPEC_FILE; print its id."""
     spec = siteconfig.load_job(spec_file, profile=profile)
     _submit_and_maybe_follow(spec, siteconfig.backend_name(spec, backend), workers, servers,
-                             wait, quiet)
+                             wait, quiet, as_json)
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -79,13 +83,14 @@ def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
               help="Fail the job when a role is stopped, or a worker uses no CPU and writes "
                    "no output, this long, e.g. 20m (default 30m; 'off': never).")
 @click.option("--detach", is_flag=True, help="Return at once with the job id.")
-@click.option("--quiet", "-q", is_flag=True, help="Do not stream logs.")
+@click.option("--quiet", "-q", is_flag=True, help="Do not stream logs nor show the status line.")
+@_JSON
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def launch(workers: Optional[int], servers: Optional[int], backend: Optional[str],
            profile: Optional[str], name: str, env: Sequence[str], workdir: Path,
            interface: Optional[str], ports: Optional[str], startup_timeout: Optional[str],
            grace: Optional[str], stall_timeout: Optional[str], detach: bool, quiet: bool,
-           command: List[str]) -> None:
+           as_json: bool, command: List[str]) -> None:
     """Run COMMAND for every role, like MXNet's launch.py (no spec file).
 
     Blocks until the job ends and exits with its outcome:
@@ -106,7 +111,7 @@ def launch(workers: Optional[int], servers: Optional[int], backend: Optional[str
     spec = siteconfig.job_from_mapping(data, base_dir=Path.cwd(), default_name=name,
                                        profile=profile)
     _submit_and_maybe_follow(spec, siteconfig.backend_name(spec, backend), None, None,
-                             not detach, quiet)
+                             not detach, quiet, as_json)
 
 
 def _parse_env(pairs: Sequence[str]) -> dict:
@@ -120,30 +125,55 @@ def _parse_env(pairs: Sequence[str]) -> dict:
 
 
 def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Optional[int],
-                             servers: Optional[int], wait: bool, quiet: bool) -> None:
+                             servers: Optional[int], wait: bool, quiet: bool,
+                             as_json: bool = False) -> None:
     backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers)
     attached = backend.attach(request) if wait else None
     record = jobs.submit(backend, attached or request)
-    click.echo(record.job_id)
+    if as_json and not wait:
+        click.echo(jsonout.dumps(jsonout.document(_record_data(record))))
+    elif not as_json:
+        click.echo(record.job_id)
     _err(f"mxbatch: submitted {record.job_id} to {record.backend}; "
          f"run directory {record.run_dir}")
     if attached is not None:
-        _supervise_and_exit(backend, record, stream_logs=not quiet)
+        _supervise_and_exit(backend, record, stream_logs=not quiet and not as_json,
+                            quiet=quiet, as_json=as_json)
     elif wait:
-        _follow_and_exit(backend, record, stream_logs=not quiet, timeout=None,
-                         cancel_on_interrupt=True)
+        _follow_and_exit(backend, record, stream_logs=not quiet and not as_json, timeout=None,
+                         cancel_on_interrupt=True, quiet=quiet, as_json=as_json)
 
 
-def _supervise_and_exit(backend, record: records.JobRecord, *, stream_logs: bool) -> None:
+def _record_data(record: records.JobRecord) -> dict:
+    return {"job_id": record.job_id, "backend": record.backend, "run_dir": record.run_dir,
+            "submitted_at": record.submitted_at}
+
+
+def _print_final(record: records.JobRecord, status: JobStatus) -> None:
+    """``--json`` of an attached command: the final status."""
+    click.echo(jsonout.dumps(jsonout.document(dict(_record_data(record), **status.to_dict()))))
+
+
+def _supervise_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
+                        quiet: bool = False, as_json: bool = False) -> None:
     """This process supervises the job (the local backend attached): Ctrl-C cancels it."""
+    from .progress import Progress, choose_mode
+
     started = time.time()
+    progress = Progress(choose_mode(sys.stderr, quiet), sys.stderr, record.submitted_at)
     try:
         status, interrupted = supervise(backend, record, stream_logs=stream_logs,
-                                        echo=click.echo)
+                                        echo=progress.wrap(click.echo),
+                                        on_status=progress.on_status)
     except KeyboardInterrupt:  # before the agent took over the signals
+        progress.clear()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         backend.cancel(record)
         status, interrupted = backend.status(record), "SIGINT"
+    finally:
+        progress.clear()
+    if as_json:
+        _print_final(record, status)
     _report(status, time.time() - started)
     if interrupted:
         sys.exit(ExitCode.INTERRUPTED)
@@ -152,12 +182,18 @@ def _supervise_and_exit(backend, record: records.JobRecord, *, stream_logs: bool
 
 
 def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
-                     timeout: Optional[float], cancel_on_interrupt: bool) -> None:
+                     timeout: Optional[float], cancel_on_interrupt: bool,
+                     quiet: bool = False, as_json: bool = False) -> None:
+    from .progress import Progress, choose_mode
+
     started = time.time()
+    progress = Progress(choose_mode(sys.stderr, quiet), sys.stderr, record.submitted_at)
     try:
-        status = follow(backend, record, stream_logs=stream_logs, echo=click.echo,
-                        timeout=timeout)
+        status = follow(backend, record, stream_logs=stream_logs,
+                        echo=progress.wrap(click.echo), timeout=timeout,
+                        on_status=progress.on_status)
     except KeyboardInterrupt:
+        progress.clear()
         if not cancel_on_interrupt:
             raise MxbatchError("interrupted; the job keeps running",
                                ExitCode.INTERRUPTED) from None
@@ -166,6 +202,10 @@ def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
         backend.cancel(record)
         _err(f"mxbatch: job {record.job_id} CANCELLED")
         sys.exit(ExitCode.INTERRUPTED)
+    finally:
+        progress.clear()
+    if as_json:
+        _print_final(record, status)
     _report(status, time.time() - started)
     if status.state is not JobState.SUCCEEDED:
         sys.exit(ExitCode.JOB_FAILED)
@@ -229,7 +269,7 @@ def render(spec_file: Path, backend: Optional[str], workers: Optional[int],
     _, request = jobs.prepare(spec, backend, workers=workers, servers=servers,
                               for_submit=False)
     if as_json or output_format == "json":
-        click.echo(json.dumps(request.to_dict(), indent=2))
+        click.echo(jsonout.dumps(request.to_dict()))
     else:
         click.echo(request.describe(), nl=False)
 
@@ -239,13 +279,13 @@ def render(spec_file: Path, backend: Optional[str], workers: Optional[int],
 
 @main.command()
 @click.argument("job_id")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_JSON
 def status(job_id: str, as_json: bool) -> None:
     """Show the state of every task of JOB_ID."""
     record = records.load(job_id)
     result = jobs.backend_for_record(record).status(record)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        click.echo(jsonout.dumps(jsonout.document(result.to_dict())))
         return
     click.echo(f"job {result.job_id}  backend {result.backend}  state {result.state.value}")
     if result.reason:
@@ -300,13 +340,18 @@ def _plan_tasks(record: records.JobRecord):
 
 @main.command()
 @click.argument("job_id")
-def cancel(job_id: str) -> None:
+@_JSON
+def cancel(job_id: str, as_json: bool) -> None:
     """Stop JOB_ID; nothing of it stays queued or running. A no-op on an ended job."""
     record = records.load(job_id)
     backend = jobs.backend_for_record(record)
     before = backend.status(record)
     backend.cancel(record)
     after = backend.status(record)
+    if as_json:
+        click.echo(jsonout.dumps(jsonout.document(
+            {"job_id": job_id, "state": after.state.value, "already_ended": before.terminal,
+             "state_before": before.state.value})))
     if before.terminal:
         _err(f"mxbatch: job {job_id} had already ended ({before.state.value})")
     else:
@@ -316,16 +361,21 @@ def cancel(job_id: str) -> None:
 @main.command(name="wait")
 @click.argument("job_id")
 @click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
-@click.option("--logs/--no-logs", "stream_logs", default=False, help="Stream the logs.")
-def wait_command(job_id: str, timeout: Optional[float], stream_logs: bool) -> None:
+@click.option("--logs/--no-logs", "stream_logs", default=False,
+              help="Stream the logs of every task, prefixed role[rank].")
+@click.option("--quiet", "-q", is_flag=True, help="Do not show the status line.")
+@_JSON
+def wait_command(job_id: str, timeout: Optional[float], stream_logs: bool, quiet: bool,
+                 as_json: bool) -> None:
     """Block until JOB_ID ends; exit 0 only if it succeeded."""
     record = records.load(job_id)
-    _follow_and_exit(jobs.backend_for_record(record), record, stream_logs=stream_logs,
-                     timeout=timeout, cancel_on_interrupt=False)
+    _follow_and_exit(jobs.backend_for_record(record), record,
+                     stream_logs=stream_logs and not as_json, timeout=timeout,
+                     cancel_on_interrupt=False, quiet=quiet, as_json=as_json)
 
 
 @main.command(name="list")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_JSON
 def list_jobs(as_json: bool) -> None:
     """List submitted jobs, newest first."""
     rows = []
@@ -339,7 +389,7 @@ def list_jobs(as_json: bool) -> None:
                                                 time.localtime(record.submitted_at)),
                      "run_dir": record.run_dir})
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(jsonout.dumps([jsonout.document(row) for row in rows]))
         return
     for row in rows:
         click.echo(f"{row['job_id']:<32} {row['backend']:<6} {row['state']:<10} "

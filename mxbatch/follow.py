@@ -21,6 +21,9 @@ from .runtime.states import AbortKind, AbortRecord
 from .runtime.watch import missing_at_deadline, startup_abort
 from .status import JobState, JobStatus
 
+#: how often an attached job's status is read for ``on_status`` while this process
+#: supervises it
+STATUS_INTERVAL_S = 0.5
 # Give tasks this long past the startup deadline to report it themselves.
 DEADLINE_MARGIN_S = 2.0
 
@@ -92,8 +95,10 @@ class LogStream:
 
 
 def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
-           echo: Callable[[str], None], timeout: Optional[float] = None) -> JobStatus:
-    """Block until the job ends; stream logs if asked; clean up; return the final status."""
+           echo: Callable[[str], None], timeout: Optional[float] = None,
+           on_status: Optional[Callable[[JobStatus], None]] = None) -> JobStatus:
+    """Block until the job ends; stream logs if asked; clean up; return the final status.
+    ``on_status`` (a progress display) sees every status polled, the final one included."""
     plan = load_run_plan(record)
     rdv = backend.rendezvous(record)
     stream = LogStream(backend, record, plan, echo, enabled=stream_logs)
@@ -101,6 +106,8 @@ def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
     while True:
         stream.pump()
         status = backend.status(record)
+        if on_status is not None:
+            on_status(status)
         if status.terminal:
             break
         _enforce_deadlines(plan, rdv, status)
@@ -111,18 +118,36 @@ def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
         time.sleep(backend.poll_interval_s)
     backend.cancel(record)  # idempotent: removes anything still queued or lingering
     stream.pump(final=True)
-    return backend.status(record)
+    status = backend.status(record)
+    if on_status is not None:
+        on_status(status)
+    return status
 
 
 def supervise(backend: Backend, record: JobRecord, *, stream_logs: bool,
-              echo: Callable[[str], None]) -> Tuple[JobStatus, Optional[str]]:
+              echo: Callable[[str], None],
+              on_status: Optional[Callable[[JobStatus], None]] = None
+              ) -> Tuple[JobStatus, Optional[str]]:
     """Supervise an attached job in this process (``Backend.supervise_here``) while
-    streaming its logs; the final status, and the signal that cancelled it, if any."""
+    streaming its logs; the final status, and the signal that cancelled it, if any.
+    ``on_status`` (a progress display) sees the status every ``STATUS_INTERVAL_S``."""
     stream = LogStream(backend, record, load_run_plan(record), echo, enabled=stream_logs)
-    interrupted = backend.supervise_here(record, on_tick=stream.pump)
+    next_status = [0.0]
+
+    def tick() -> None:
+        stream.pump()
+        now = time.monotonic()
+        if on_status is not None and now >= next_status[0]:
+            next_status[0] = now + STATUS_INTERVAL_S
+            on_status(backend.status(record))
+
+    interrupted = backend.supervise_here(record, on_tick=tick)
     backend.cancel(record)  # idempotent: SIGKILLs anything of the job that is left
     stream.pump(final=True)
-    return backend.status(record), interrupted
+    status = backend.status(record)
+    if on_status is not None:
+        on_status(status)
+    return status, interrupted
 
 
 def _enforce_deadlines(plan, rdv: Rendezvous, status: JobStatus) -> None:

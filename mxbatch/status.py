@@ -48,6 +48,7 @@ class TaskStatus:
     note: str = ""
     log: str = ""
     native: Optional[str] = None
+    started_at: Optional[float] = None
 
     @property
     def label(self) -> str:
@@ -115,9 +116,10 @@ def _task_status(role: Role, rank: int, record: Optional[TaskRecord], native: Na
         if abort is not None:
             state, note = TaskState.CANCELLED, "never started: " + abort.reason
         else:
-            state, note = TaskState.LOST, "left the queue without starting"
+            state, note = TaskState.LOST, ("left the queue without starting (can its node "
+                                           "see the run directory? `mxbatch doctor` checks)")
     elif state is TaskState.PENDING and native is NativeState.ACTIVE:
         state = TaskState.STARTING
     return TaskStatus(role=role, rank=rank, state=state, host=record.host, pid=record.pid,
                       exit_code=record.exit_code, signal=record.signal, note=note,
-                      log=record.log, native=native_id)
+                      log=record.log, native=native_id, started_at=record.started_at)
