@@ -397,9 +397,10 @@ def list_jobs(as_json: bool) -> None:
 
 
 def _add_site_commands() -> None:
-    from .cli_site import config_group
+    from .cli_site import config_group, doctor_command
 
     main.add_command(config_group)
+    main.add_command(doctor_command)
 
 
 _add_site_commands()

@@ -102,3 +102,47 @@ def config_show(spec_file: Optional[Path], profile: Optional[str], backend: Opti
 def _job_only(setting: Setting) -> bool:
     parts = setting.key.split(".")
     return parts[0] in _JOB_KEYS or (parts[0] == "roles" and parts[-1] == "command")
+
+
+@click.command(name="doctor")
+@click.argument("spec_file", required=False,
+                type=click.Path(dir_okay=False, path_type=Path))
+@BACKEND
+@PROFILE
+@click.option("--probe/--no-probe", default=True, show_default=True,
+              help="Run a tiny probe job through the backend (proves the compute nodes see "
+                   "the rendezvous directory and run the runtime).")
+@click.option("--probe-timeout", type=float, default=180.0, show_default=True,
+              metavar="SECONDS", help="Cancel the probe job when it has not ended by then.")
+@JSON
+def doctor_command(spec_file: Optional[Path], backend: Optional[str], profile: Optional[str],
+                   probe: bool, probe_timeout: float, as_json: bool) -> None:
+    """Check that this site can run jobs: Python, MXNet, the rendezvous directory, the
+    backend's tools, the network, and a probe job. Exit 0 when every check passes."""
+    import sys
+
+    from . import jobs
+    from .doctor import format_checks, run_checks
+
+    site = siteconfig.load_config()
+    if spec_file is not None:
+        spec = siteconfig.load_job(spec_file, profile=profile, site=site)
+    else:
+        spec = siteconfig.job_from_mapping({"command": ["python3"]}, base_dir=Path.cwd(),
+                                           default_name="doctor", profile=profile, site=site)
+    name = siteconfig.backend_name(spec, backend)
+    target = jobs.backend_for_spec(spec, name)
+    if not as_json:
+        click.echo(f"mxbatch doctor: backend {name}, profile "
+                   f"{site.profile_name(profile) or '(none)'}, rendezvous.dir "
+                   f"{spec.rendezvous.dir}", err=True)
+    checks = run_checks(spec, name, target, probe=probe, probe_timeout=probe_timeout)
+    ok = all(check.ok for check in checks)
+    if as_json:
+        click.echo(jsonout.dumps(jsonout.document(
+            {"ok": ok, "backend": name, "profile": site.profile_name(profile),
+             "rendezvous_dir": str(spec.rendezvous.dir),
+             "checks": [check.to_dict() for check in checks]})))
+    else:
+        click.echo(format_checks(checks), nl=False)
+    sys.exit(0 if ok else 1)

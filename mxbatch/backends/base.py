@@ -28,6 +28,7 @@ import shutil
 import sys
 from pathlib import Path
 from typing import (
+    TYPE_CHECKING,
     Any,
     Callable,
     ClassVar,
@@ -54,6 +55,9 @@ from ..runtime.states import AbortKind, AbortRecord
 from ..schema import ContainerRuntime, JobSpec
 from ..status import JobStatus
 from ..typed import from_data, to_data
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..doctor import Check
 
 #: reads one task's log from a byte offset: ``reader(offset, final)`` -> the bytes
 #: from there on (None: nothing yet); ``final`` asks for a last, complete read
@@ -199,6 +203,14 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     def check_environment(self) -> None:
         """Raise ``BackendUnavailable`` with a hint if this backend cannot submit from here
         (missing tools or libraries). Not called by ``render``."""
+
+    def doctor_checks(self) -> List["Check"]:
+        """What ``mxbatch doctor`` checks of this backend from here (tools, libraries, the
+        daemon answering), as ``doctor.Check``s with a fix for each failure. Default:
+        ``check_environment`` as one check."""
+        from ..doctor import environment_check
+
+        return [environment_check(self)]
 
     def check_container(self, spec: JobSpec) -> None:
         """SpecError at ``container`` if the spec asks for a container runtime this

@@ -157,6 +157,21 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
     #: prefix of the scheduler's output files in ``logs/`` (``sge``, ``slurm``)
     output_prefix: str = ""
 
+    #: a cheap command that succeeds when the daemon answers (``mxbatch doctor``)
+    daemon_probe: Tuple[str, ...] = ()
+
+    def doctor_checks(self) -> list:
+        """The tools and submitter (``check_environment``), then the daemon answering."""
+        from ..doctor import command_check, environment_check
+
+        checks = [environment_check(self, f"{self.scheduler} client and submitter "
+                                          f"({self.submitter_name()})")]
+        if self.daemon_probe:
+            checks.append(command_check(f"{self.daemon} answers", self.daemon_probe,
+                                        self.unreachable_hint, environ=self.command_env(),
+                                        success=f"`{' '.join(self.daemon_probe)}` answered"))
+        return checks
+
     def command_env(self) -> Optional[Dict[str, str]]:
         """The environment of the scheduler's commands (None: this process's)."""
         return None

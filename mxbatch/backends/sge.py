@@ -115,6 +115,7 @@ class SgeBackend(BatchBackend[SgeHandle]):
     rejection_hint = ("check backends.sge (queue, pe, project, native) against `qconf -sql`, "
                       "`qconf -spl`")
     job_id_pattern = QSUB_JOB_ID
+    daemon_probe = ("qstat", "-g", "c")
 
     # ------------------------------------------------------------------ checks
     def submitter(self) -> Submitter:

@@ -138,6 +138,7 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
     rejection_hint = ("check backends.slurm (partition, account, qos, constraint, extra) "
                       "against `sinfo` and `sacctmgr`")
     job_id_pattern = SBATCH_JOB_ID
+    daemon_probe = ("scontrol", "ping")
     drmaa_extra_args = ("--array-base", "1")  # slurm-drmaa numbers array tasks from 1
 
     # ------------------------------------------------------------------ checks

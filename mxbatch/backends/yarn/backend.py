@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from ...errors import MxbatchError, SubmissionRejected
+from ...errors import BackendUnavailable, MxbatchError, SubmissionRejected
 from ...plan import JobPlan
 from ...records import JobRecord
 from ...runtime.layout import RunLayout, task_log_name
@@ -123,6 +123,19 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
 
     def check_environment(self) -> None:
         client.check_tools()
+
+    def doctor_checks(self) -> list:
+        """skein, Java and ``yarn`` (``check_environment``), then the ResourceManager."""
+        from ...doctor import environment_check, failed, passed
+
+        checks = [environment_check(self, "skein, java and yarn")]
+        try:
+            address = client.wait_for_resourcemanager(min(self.options.connect_timeout, 10))
+            checks.append(passed("YARN ResourceManager", f"{address} accepts connections"))
+        except BackendUnavailable as exc:
+            first, _, rest = exc.format_message().partition("\n")
+            checks.append(failed("YARN ResourceManager", first, rest or first))
+        return checks
 
     # ------------------------------------------------------------------ rendering
     def render(self, plan: JobPlan, environ: Optional[Mapping[str, str]] = None) -> YarnRequest:
