@@ -13,18 +13,20 @@ import click
 from . import __version__, jobs, jsonout, records
 from . import config as siteconfig
 from . import spec as specs
+from .completion import backend_names, job_ids, profile_names
 from .errors import ExitCode, MxbatchError, SpecError
 from .follow import LogTail, follow, supervise
 from .runtime.roles import Role
 from .schema import DEFAULT_BACKEND
 from .status import JobState, JobStatus
 
-_BACKEND = click.option("--backend", "-b", default=None,
+_BACKEND = click.option("--backend", "-b", default=None, shell_complete=backend_names,
                         help="Where to run: local, sge, slurm, yarn, or a plugin's name "
                              f"(default: the spec's or profile's backend, else {DEFAULT_BACKEND}).")
 _JSON = click.option("--json", "as_json", is_flag=True,
                      help="Print one JSON document on stdout (schema: docs/reference/json.md).")
 _PROFILE = click.option("--profile", "-p", default=None, metavar="NAME",
+                        shell_complete=profile_names,
                         help="Site profile of the config file (default: its default_profile).")
 _WORKERS = click.option("-n", "--workers", type=int, default=None,
                         help="Number of workers (overrides the spec).")
@@ -278,7 +280,7 @@ def render(spec_file: Path, backend: Optional[str], workers: Optional[int],
 
 
 @main.command()
-@click.argument("job_id")
+@click.argument("job_id", shell_complete=job_ids)
 @_JSON
 def status(job_id: str, as_json: bool) -> None:
     """Show the state of every task of JOB_ID."""
@@ -304,7 +306,7 @@ def status(job_id: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("job_id")
+@click.argument("job_id", shell_complete=job_ids)
 @click.option("--role", type=click.Choice([r.value for r in Role]), default=None)
 @click.option("--rank", type=int, default=None)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the job ends.")
@@ -339,7 +341,7 @@ def _plan_tasks(record: records.JobRecord):
 
 
 @main.command()
-@click.argument("job_id")
+@click.argument("job_id", shell_complete=job_ids)
 @_JSON
 def cancel(job_id: str, as_json: bool) -> None:
     """Stop JOB_ID; nothing of it stays queued or running. A no-op on an ended job."""
@@ -359,7 +361,7 @@ def cancel(job_id: str, as_json: bool) -> None:
 
 
 @main.command(name="wait")
-@click.argument("job_id")
+@click.argument("job_id", shell_complete=job_ids)
 @click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
 @click.option("--logs/--no-logs", "stream_logs", default=False,
               help="Stream the logs of every task, prefixed role[rank].")
@@ -398,9 +400,11 @@ def list_jobs(as_json: bool) -> None:
 
 def _add_site_commands() -> None:
     from .cli_site import config_group, doctor_command
+    from .completion import completion_command
 
     main.add_command(config_group)
     main.add_command(doctor_command)
+    main.add_command(completion_command)
 
 
 _add_site_commands()

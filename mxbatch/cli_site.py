@@ -10,6 +10,7 @@ import click
 
 from . import config as siteconfig
 from . import jsonout
+from .completion import backend_names, profile_names
 from .effective import Setting, effective_settings, format_settings
 from .located import KeyPath
 from .runtime.roles import Role
@@ -18,24 +19,10 @@ from .runtime.roles import Role
 _JOB_KEYS = ("name", "workdir")
 
 
-def _complete_profiles(ctx: click.Context, param: click.Parameter, incomplete: str):
-    try:
-        names = sorted(siteconfig.load_config().profiles)
-    except click.ClickException:
-        return []
-    return [name for name in names if name.startswith(incomplete)]
-
-
-def _complete_backends(ctx: click.Context, param: click.Parameter, incomplete: str):
-    from .backends.registry import names
-
-    return [name for name in names() if name.startswith(incomplete)]
-
-
 PROFILE = click.option("--profile", "-p", default=None, metavar="NAME",
-                       shell_complete=_complete_profiles,
+                       shell_complete=profile_names,
                        help="Site profile of the config file (default: its default_profile).")
-BACKEND = click.option("--backend", "-b", default=None, shell_complete=_complete_backends,
+BACKEND = click.option("--backend", "-b", default=None, shell_complete=backend_names,
                        help="Where to run: local, sge, slurm, yarn, or a plugin's name "
                             "(default: the spec's or profile's backend, else local).")
 JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
