@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Run the whole mxbatch test suite on a fresh machine of this kind (Debian 12, root).
 #
-# Installs what the tests need into ./.venv (mxbatch with the mxnet and test
-# extras), starts the test clusters the suite needs, runs pytest, and stops
-# the clusters again, also on failure. pytest's "no tests ran" (exit 5) fails.
+# Installs what the tests need into ./.venv (mxbatch with the mxnet, test and docs
+# extras), builds the documentation site (mkdocs build --strict), starts the test
+# clusters the suite needs, runs pytest, and stops the clusters again, also on failure. pytest's "no tests ran" (exit 5) fails.
 #
 # Env: MXBATCH_TEST_CLUSTERS  space-separated clusters to start and require
 #                             (default: sge slurm yarn cachefs)
@@ -30,12 +30,23 @@ trap stop_clusters EXIT
 log "python environment"
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-extras="mxnet,test"
+extras="mxnet,test,docs"
 for name in $CLUSTERS; do
     case $name in sge) extras="$extras,drmaa" ;; yarn) extras="$extras,yarn" ;; esac
 done
 .venv/bin/python -m pip install --quiet -e ".[$extras]"
 export PATH="$ROOT/.venv/bin:$PATH"
+
+# tests/test_progress.py drives the status line in a real terminal
+if ! command -v tmux >/dev/null; then
+    log "installing tmux"
+    apt-get update -qq && apt-get install -y -qq tmux >/dev/null
+fi
+
+log "documentation site (mkdocs build --strict; the reference is generated from the code)"
+site=$(mktemp -d)
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$site"
+rm -rf "$site"
 
 for name in $CLUSTERS; do
     log "starting $name"

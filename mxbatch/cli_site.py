@@ -25,7 +25,8 @@ PROFILE = click.option("--profile", "-p", default=None, metavar="NAME",
 BACKEND = click.option("--backend", "-b", default=None, shell_complete=backend_names,
                        help="Where to run: local, sge, slurm, yarn, or a plugin's name "
                             "(default: the spec's or profile's backend, else local).")
-JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+JSON = click.option("--json", "as_json", is_flag=True,
+                    help="Print one JSON document on stdout (schema: docs/reference/json.md).")
 
 
 @click.group(name="config")

@@ -1,0 +1,13 @@
+"""mkdocs hook: adds the reference pages generated from the code (mxbatch/reference.py)
+to the site at build time, so they cannot drift from the spec's dataclasses, the
+backends' options and the CLI."""
+
+from mkdocs.structure.files import File
+
+from mxbatch import reference
+
+
+def on_files(files, config):
+    for path, text in reference.generated_pages().items():
+        files.append(File.generated(config, path, content=text))
+    return files
