@@ -56,11 +56,8 @@ def config_show(spec_file: Optional[Path], profile: Optional[str], backend: Opti
     from .spec import with_counts
 
     site = siteconfig.load_config()
-    if spec_file is not None:
-        spec = siteconfig.load_job(spec_file, profile=profile, site=site)
-    else:
-        spec = siteconfig.job_from_mapping({"command": ["COMMAND"]}, base_dir=Path.cwd(),
-                                           default_name="job", profile=profile, site=site)
+    spec = siteconfig.site_job(spec_file, profile=profile, site=site, command=["COMMAND"],
+                               default_name="job")
     spec = with_counts(spec, workers=workers, servers=servers)
     flags: Dict[KeyPath, str] = {}
     if backend:
@@ -113,11 +110,8 @@ def doctor_command(spec_file: Optional[Path], backend: Optional[str], profile: O
     from .doctor import format_checks, run_checks
 
     site = siteconfig.load_config()
-    if spec_file is not None:
-        spec = siteconfig.load_job(spec_file, profile=profile, site=site)
-    else:
-        spec = siteconfig.job_from_mapping({"command": ["python3"]}, base_dir=Path.cwd(),
-                                           default_name="doctor", profile=profile, site=site)
+    spec = siteconfig.site_job(spec_file, profile=profile, site=site, command=["python3"],
+                               default_name="doctor")
     name = siteconfig.backend_name(spec, backend)
     target = jobs.backend_for_spec(spec, name)
     if not as_json:

@@ -279,6 +279,16 @@ def job_from_mapping(data: Dict[str, Any], *, base_dir: Path, default_name: str,
                               locations=locations)
 
 
+def site_job(spec_file: Optional[Path], *, profile: Optional[str], site: SiteConfig,
+             command: Sequence[str], default_name: str) -> JobSpec:
+    """The job at ``spec_file`` over the site's layers; without a file, what the layers
+    give a job running ``command`` (``config show`` and ``doctor`` without a SPEC)."""
+    if spec_file is not None:
+        return load_job(spec_file, profile=profile, site=site)
+    return job_from_mapping({"command": list(command)}, base_dir=Path.cwd(),
+                            default_name=default_name, profile=profile, site=site)
+
+
 def backend_name(spec: JobSpec, flag: Optional[str]) -> str:
     """The backend to use: ``--backend`` > the spec's (or profile's) ``backend:`` >
     ``local``."""

@@ -132,16 +132,17 @@ def _origin_of(spec: JobSpec, key: KeyPath, flags: Dict[KeyPath, str]
 
 def format_settings(settings: List[Setting]) -> str:
     """``key: value  # origin`` lines, aligned."""
-    rows = [(f"{s.key}: {_scalar(s.value)}", s.origin) for s in settings]
+    rows = [(f"{s.key}: {yaml_text(s.value)}", s.origin) for s in settings]
     width = max((len(left) for left, _ in rows), default=0)
     return "".join(f"{left:<{width}}  # {origin}\n" for left, origin in rows)
 
 
-def _scalar(value: Any) -> str:
+def yaml_text(value: Any) -> str:
+    """A plain value as YAML would spell it: ``null``, ``true``, ``[a, b]``."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list):
-        return "[" + ", ".join(_scalar(v) for v in value) + "]"
+        return "[" + ", ".join(yaml_text(v) for v in value) + "]"
     return str(value)

@@ -21,7 +21,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import click
 
 from . import schema
-from .typed import describe_fields, type_name
+from .effective import yaml_text
+from .typed import describe_fields, to_data, type_name
 
 #: placeholder of a role name in key paths (``roles.<role>.count``)
 ROLE = "<role>"
@@ -43,13 +44,7 @@ def _default_text(field: dataclasses.Field) -> str:
         value = field.default_factory()  # type: ignore[misc]
     else:
         return ""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (tuple, list)):
-        return "[]" if not value else str(list(value))
-    return str(getattr(value, "value", value))
+    return yaml_text(to_data(value))
 
 
 def spec_keys(cls: type, prefix: str) -> Iterator[Tuple[str, dataclasses.Field, Any]]:
@@ -109,19 +104,9 @@ def spec_rows() -> List[Row]:
         except click.ClickException:  # a plugin that cannot be imported here
             continue
         for doc in fields:
-            rows.append((f"backends.{name}.{doc.name}", doc.type, _data_text(doc.default),
+            rows.append((f"backends.{name}.{doc.name}", doc.type, yaml_text(doc.default),
                          doc.help))
     return rows
-
-
-def _data_text(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return "[]" if not value else str(value)
-    return str(value)
 
 
 def _table(rows: List[Row]) -> str:

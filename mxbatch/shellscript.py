@@ -6,9 +6,10 @@ role on this machine (the local backend's case): the scheduler's address is the 
 the runtime would advertise (127.0.0.1, or the spec's ``network.interface``), its port
 one the runtime would pick (a free port of ``network.ports``, chosen when the script is
 rendered). It starts the scheduler, the servers and the workers in the background,
-waits for the workers (a failing worker, or a scheduler or server that ends first,
-stops the job at once), lets the servers and the scheduler end, stops them after the
-grace period if they do not, and exits with the first failing worker's status.
+waits for the workers (a failing worker, scheduler or server stops the job at once, and
+so do workers still running a grace period after the scheduler or a server ended), lets
+the servers and the scheduler end, stops them after the grace period if they do not, and
+exits with the first failing worker's status.
 
 What it leaves out, on purpose: mxbatch's supervision (heartbeats, startup deadline,
 walltime, the exception hook that makes a crashing role exit instead of hanging in
@@ -49,7 +50,8 @@ _HEADER = """\
 # The scheduler, {servers} server(s) and {workers} worker(s) start in the background; the
 # script waits for the workers, then for the servers and the scheduler (stopped after
 # {grace}s if they do not end), and exits with the first failing worker's status. A
-# worker that fails, or a scheduler or server that ends first, stops everything.
+# worker or a server that fails, or workers still running {grace}s after the scheduler or
+# a server ended, stop everything.
 set -u
 cd {workdir} || exit 1
 
@@ -80,6 +82,8 @@ trap interrupted INT TERM
 
 status=0
 pending=("${{workers[@]}}")
+running=("${{others[@]}}")
+since_other_ended=0   # half-seconds since the scheduler or a server ended by itself
 while [ "${{#pending[@]}}" -gt 0 ]; do
     still=()
     for pid in "${{pending[@]}}"; do
@@ -93,14 +97,31 @@ while [ "${{#pending[@]}}" -gt 0 ]; do
         fi
     done
     pending=("${{still[@]}}")
-    for pid in "${{others[@]}}"; do
-        if [ "${{#pending[@]}}" -gt 0 ] && ! kill -0 "$pid" 2>/dev/null; then
-            echo "the scheduler or a server (pid $pid) ended before the workers: stopping" >&2
+    [ "${{#pending[@]}}" -eq 0 ] && break
+    # ps-lite's scheduler and servers may end as soon as the workers said goodbye, a
+    # moment before the workers exit; one that fails, or ends long before, stops the job
+    still=()
+    for pid in "${{running[@]}}"; do
+        if kill -0 "$pid" 2>/dev/null; then still+=("$pid"); continue; fi
+        wait "$pid"
+        code=$?
+        if [ "$code" -ne 0 ]; then
+            echo "the scheduler or a server (pid $pid) exited with status $code: stopping" >&2
             status=1
             break 2
         fi
+        [ "$since_other_ended" -eq 0 ] && since_other_ended=1
     done
-    [ "${{#pending[@]}}" -gt 0 ] && sleep 0.5
+    running=("${{still[@]}}")
+    if [ "$since_other_ended" -gt 0 ]; then
+        since_other_ended=$((since_other_ended + 1))
+        if [ "$since_other_ended" -gt {grace_ticks} ]; then
+            echo "the workers did not end {grace}s after the scheduler or a server: stopping" >&2
+            status=1
+            break
+        fi
+    fi
+    sleep 0.5
 done
 
 if [ "$status" -ne 0 ]; then

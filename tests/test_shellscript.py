@@ -68,6 +68,22 @@ def test_a_failing_worker_stops_the_script(cli, tmp_path):
     assert processes_in(tmp_path) == []
 
 
+def test_servers_ending_a_moment_before_the_workers_is_success(cli, tmp_path):
+    # ps-lite's servers and scheduler may exit once the workers said goodbye, before the
+    # worker processes have exited
+    role = ("import os, sys, time\n"
+            "time.sleep(1.5 if os.environ['DMLC_ROLE'] == 'worker' else 0.2)\n")
+    (tmp_path / "role.py").write_text(role)
+    spec = write_spec(tmp_path / "j.yaml", "command: python3 role.py\n"
+                                           "roles: {worker: {count: 2}}\n"
+                                           "rendezvous: {grace: 5s}\n")
+    rendered = cli.run("render", "--format", "shell", str(spec))
+    result = subprocess.run(["bash", "-c", rendered.stdout], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "every worker succeeded" in result.stderr
+
+
 @pytest.mark.mxnet
 def test_rendered_script_trains_the_example_with_plain_bash(cli, example):
     rendered = cli.run("render", "--format", "shell", str(example))
