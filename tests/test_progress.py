@@ -131,9 +131,10 @@ def test_progress_line_in_a_real_terminal(cli, tmp_path, tmux):
         assert "EXIT=" not in pane, (pane, seen)  # the job must not end unseen
         if lines:
             seen.add(lines[0])
-        return lines and re.search(r"worker: 1 running, 1 queued \| queued \d+s", lines[0])
+        waiting = r"worker: 1 running, 1 (queued|starting) \| queued \d+s"  # slot: starting
+        return lines and re.search(waiting, lines[0])
 
-    first = wait_for(line_with_worker_counts, 60, "the status line with one worker queued")
+    first = wait_for(line_with_worker_counts, 60, "the status line with one worker waiting")
 
     def line_redrawn():
         line_with_worker_counts()
