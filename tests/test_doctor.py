@@ -16,7 +16,7 @@ import pytest
 from mxbatch import doctor
 from mxbatch.doctor import Outcome
 
-from .conftest import Cli, assert_no_processes, cluster_environment, write_spec
+from .conftest import Cli, assert_no_processes, cluster_env_file, cluster_environment, write_spec
 
 
 def test_rendezvous_dir_open_to_others_fails_with_chmod(tmp_path):
@@ -172,3 +172,17 @@ def test_doctor_on_slurm(home, tmp_path):
     _assert_cluster_doctor(cli, "slurm", tmp_path, queued)
 
 
+
+
+@pytest.mark.skipif(not cluster_env_file("hosts").is_file(),
+                    reason="the ssh test hosts are not up (ci/clusters/hosts-up.sh)")
+def test_ssh_and_mpirun_checks_against_the_test_hosts():
+    env = cluster_environment("hosts")
+    ssh = ("ssh", "-F", env["MXBATCH_SSH_CONFIG"])
+    good = env["MXBATCH_TEST_HOSTS"].split()[0]
+    assert doctor.ssh_check(good, ssh=ssh).ok
+    for bad in (env["MXBATCH_TEST_HOST_UNKNOWN_KEY"], env["MXBATCH_TEST_HOST_UNREACHABLE"]):
+        check = doctor.ssh_check(bad, ssh=ssh, timeout=5)
+        assert not check.ok and check.fix, check
+    if shutil.which("mpirun"):
+        assert doctor.mpirun_check().ok
