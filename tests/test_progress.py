@@ -131,7 +131,7 @@ def test_progress_line_in_a_real_terminal(cli, tmp_path, tmux):
         assert "EXIT=" not in pane, (pane, seen)  # the job must not end unseen
         if lines:
             seen.add(lines[0])
-        waiting = r"worker: 1 running, 1 (queued|starting) \| queued \d+s"  # slot: starting
+        waiting = r"worker: 1 running, 1 queued \| queued \d+s"  # waiting for a slot
         return lines and re.search(waiting, lines[0])
 
     first = wait_for(line_with_worker_counts, 60, "the status line with one worker waiting")

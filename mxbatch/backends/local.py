@@ -29,6 +29,7 @@ from ..runtime.agent import Agent
 from ..runtime.layout import RunLayout
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import FileRendezvous
+from ..runtime.states import TaskState
 from ..status import JobStatus, NativeState, merge
 from ..typed import option
 from .base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
@@ -125,7 +126,7 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
         native = {}
         for key in plan.task_keys():
             rec = records.get(key)
-            started = rec is not None and rec.supervisor_pid is not None
+            started = rec is not None and rec.state is not TaskState.PENDING  # not queued
             native[key] = (NativeState.GONE if not alive
                            else NativeState.ACTIVE if started else NativeState.QUEUED)
         return merge(plan, self.name, records, rdv.read_abort(), native)
