@@ -84,6 +84,11 @@ def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
 @click.option("--stall-timeout", default=None,
               help="Fail the job when a role is stopped, or a worker uses no CPU and writes "
                    "no output, this long, e.g. 20m (default 30m; 'off': never).")
+@click.option("--container", default=None, metavar="RUNTIME:IMAGE",
+              help="Run every role in a container, e.g. docker:mxnet/python:1.9.1 "
+                   "(docker, podman or apptainer).")
+@click.option("--mount", "mounts", multiple=True, metavar="HOST:CONTAINER[:ro]",
+              help="With --container: a bind mount for every role (repeatable).")
 @click.option("--detach", is_flag=True, help="Return at once with the job id.")
 @click.option("--quiet", "-q", is_flag=True, help="Do not stream logs nor show the status line.")
 @_JSON
@@ -91,8 +96,9 @@ def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
 def launch(workers: Optional[int], servers: Optional[int], backend: Optional[str],
            profile: Optional[str], name: str, env: Sequence[str], workdir: Path,
            interface: Optional[str], ports: Optional[str], startup_timeout: Optional[str],
-           grace: Optional[str], stall_timeout: Optional[str], detach: bool, quiet: bool,
-           as_json: bool, command: List[str]) -> None:
+           grace: Optional[str], stall_timeout: Optional[str], container: Optional[str],
+           mounts: Sequence[str], detach: bool, quiet: bool, as_json: bool,
+           command: List[str]) -> None:
     """Run COMMAND for every role, like MXNet's launch.py (no spec file).
 
     Blocks until the job ends and exits with its outcome:
@@ -110,10 +116,23 @@ def launch(workers: Optional[int], servers: Optional[int], backend: Optional[str
         rendezvous["stall_timeout"] = None
     if rendezvous:
         data["rendezvous"] = rendezvous
+    if container or mounts:
+        data["container"] = _container_flags(container, mounts)
     spec = siteconfig.job_from_mapping(data, base_dir=Path.cwd(), default_name=name,
                                        profile=profile)
     _submit_and_maybe_follow(spec, siteconfig.backend_name(spec, backend), None, None,
                              not detach, quiet, as_json)
+
+
+def _container_flags(container: Optional[str], mounts: Sequence[str]) -> dict:
+    """``--container RUNTIME:IMAGE`` and ``--mount`` as the spec's ``container`` block."""
+    runtime, sep, image = (container or "").partition(":")
+    if not container:
+        raise SpecError("needs --container RUNTIME:IMAGE", key="--mount")
+    if not sep or not runtime or not image:
+        raise SpecError(f"expected RUNTIME:IMAGE (docker:mxnet/python:1.9.1), got {container!r}",
+                        key="--container")
+    return {"runtime": runtime, "image": image, "mounts": list(mounts)}
 
 
 def _parse_env(pairs: Sequence[str]) -> dict:

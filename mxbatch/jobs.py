@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+from . import containers, records, rundir
 from . import plan as planning
-from . import records, rundir
 from .backends.base import Backend, Request
 from .backends.registry import backend_class
 from .schema import JobSpec
@@ -36,10 +36,13 @@ def prepare(spec: JobSpec, backend_name: str, *, workers: Optional[int] = None,
     backend = backend_for_spec(spec, backend_name)
     backend.check_container(spec)
     job_plan = planning.make(spec, backend_name, loopback_only=backend.loopback_only,
-                             abort_poll_s=backend.abort_poll_s)
+                             abort_poll_s=backend.abort_poll_s,
+                             role_containers=backend.role_containers)
     backend.check(job_plan)
+    containers.check_spec(job_plan)
     if for_submit:
         backend.check_environment()
+        containers.check_environment(job_plan, remote=not backend.loopback_only)
         rundir.check_writable(job_plan)
     return backend, backend.render(job_plan)
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from .runtime.container import ContainerPlan
 from .runtime.planfile import RunPlan, TaskInfo
 from .runtime.roles import Role
 from .schema import JobSpec, RoleSpec
@@ -48,10 +49,12 @@ def new_job_id(name: str) -> str:
 
 def make(spec: JobSpec, backend: str, *, job_id: Optional[str] = None,
          created_at: Optional[float] = None, python: Optional[str] = None,
-         loopback_only: bool = False, abort_poll_s: float = 1.0) -> JobPlan:
+         loopback_only: bool = False, abort_poll_s: float = 1.0,
+         role_containers: bool = False) -> JobPlan:
     """Plan ``spec`` for ``backend``. ``loopback_only``: every task runs on this host;
     ``abort_poll_s``: how often supervisors look for the abort record (often on one
-    machine, about once a second on shared storage)."""
+    machine, about once a second on shared storage); ``role_containers``: the runtime
+    runs every role in the spec's ``container`` (the backend does not do it itself)."""
     job_id = job_id or new_job_id(spec.name)
     counts = {role: spec.role(role).count for role in Role}
     tasks: List[TaskInfo] = []
@@ -77,9 +80,20 @@ def make(spec: JobSpec, backend: str, *, job_id: Optional[str] = None,
         abort_poll_s=abort_poll_s,
         submit_path=os.environ.get("PATH") if spec.inherit_env else None,
         core_dumps=spec.core_dumps,
+        container=container_plan(spec) if role_containers else None,
         tasks=tasks,
     )
     return JobPlan(spec=spec, backend=backend, run=run)
+
+
+def container_plan(spec: JobSpec) -> Optional[ContainerPlan]:
+    """The spec's ``container`` as the runtime needs it (None without one)."""
+    container = spec.container
+    if container is None:
+        return None
+    return ContainerPlan(runtime=container.runtime, image=container.image,
+                         mounts=list(container.mounts), options=list(container.options),
+                         gpus=container.gpus)
 
 
 def _task(spec: JobSpec, role_spec: RoleSpec, rank: int, index: int, job_id: str,

@@ -13,13 +13,13 @@ drift from the code.
 from __future__ import annotations
 
 import dataclasses
-import enum
 from pathlib import Path
 from typing import Any, Mapping, Optional, Tuple
 
 from .errors import SpecError
 from .located import KeyPath, Locations
 from .records import mxbatch_home
+from .runtime.container import ContainerRuntime, GpuMode
 from .runtime.roles import Role
 
 DEFAULT_BACKEND = "local"
@@ -38,14 +38,6 @@ def spec_field(help: str, *, key: Optional[str] = None, type: Optional[str] = No
     metadata = {HELP: help, KEY: key, TYPE: type, DEFAULT: default_text,
                 TOP_LEVEL: top_level}
     return dataclasses.field(metadata=metadata, **field_args)
-
-
-class ContainerRuntime(str, enum.Enum):
-    """What runs a role's container."""
-
-    DOCKER = "docker"
-    PODMAN = "podman"
-    APPTAINER = "apptainer"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +108,8 @@ class RendezvousSpec:
 class ContainerSpec:
     """``container:``: run every role in this image. Which runtimes a backend can use
     is its own business (it rejects the others); ``mounts`` are ``host:container[:ro|rw]``,
-    ``options`` are passed to the runtime as the backend documents."""
+    ``options`` are passed to the runtime as the backend documents; ``gpus``: which GPUs
+    a role's container gets (where the runtime runs roles in containers itself)."""
 
     runtime: ContainerRuntime = spec_field("what runs the container (a backend rejects the "
                                            "runtimes it does not run)", default_text="docker")
@@ -124,6 +117,8 @@ class ContainerSpec:
     mounts: Tuple[str, ...] = spec_field("host-path:container-path[:ro|rw]", default=())
     options: Tuple[str, ...] = spec_field("options for the runtime, as the backend "
                                           "documents", default=())
+    gpus: GpuMode = spec_field("which GPUs a role's container gets: auto (the role's gpus "
+                               "resource), none, all", default=GpuMode.AUTO)
 
 
 @dataclasses.dataclass(frozen=True)

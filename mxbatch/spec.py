@@ -26,6 +26,7 @@ from .runtime.roles import Role
 from .schema import (
     ContainerRuntime,
     ContainerSpec,
+    GpuMode,
     JobSpec,
     NetworkSpec,
     RendezvousSpec,
@@ -329,11 +330,13 @@ def _rendezvous(value: Any, key_path: KeyPath, locations: Locations,
 def _container(value: Any, key_path: KeyPath, locations: Locations) -> ContainerSpec:
     section = _Section(value, key_path, locations, "container")
 
-    def runtime(v: Any, _: KeyPath) -> ContainerRuntime:
-        choices = [r.value for r in ContainerRuntime]
-        if v not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}, got {v!r}")
-        return ContainerRuntime(v)
+    def choice(enum_class: Any) -> Callable[[Any, KeyPath], Any]:
+        def parse(v: Any, _: KeyPath) -> Any:
+            choices = [c.value for c in enum_class]
+            if v not in choices:
+                raise ValueError(f"expected one of {', '.join(choices)}, got {v!r}")
+            return enum_class(v)
+        return parse
 
     def image(v: Any, _: KeyPath) -> str:
         if not isinstance(v, str) or not v.strip():
@@ -353,10 +356,12 @@ def _container(value: Any, key_path: KeyPath, locations: Locations) -> Container
                 raise ValueError(f"a mount is host-path:container-path[:ro|rw], got {mount!r}")
         return tuple(v)
 
-    result = ContainerSpec(runtime=section.take("runtime", runtime, ContainerRuntime.DOCKER),
+    result = ContainerSpec(runtime=section.take("runtime", choice(ContainerRuntime),
+                                                ContainerRuntime.DOCKER),
                            image=section.take("image", image, ""),
                            mounts=section.take("mounts", mounts, ()),
-                           options=section.take("options", strings, ()))
+                           options=section.take("options", strings, ()),
+                           gpus=section.take("gpus", choice(GpuMode), GpuMode.AUTO))
     section.finish()
     if not result.image:
         raise locations.error(key_path + ("image",), "missing: the container image to run")

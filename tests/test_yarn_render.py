@@ -216,7 +216,7 @@ def test_docker_runtime_environment():
 @pytest.mark.parametrize("container,backend,words", [
     ("{runtime: podman, image: x}", "yarn", "podman containers are not supported by backend "
                                             "'yarn'"),
-    ("{image: x}", "local", "docker containers are not supported by backend 'local'"),
+    ("{image: x, mounts: ['data:/data']}", "local", "absolute host path"),
     ("{image: x, options: [--privileged]}", "yarn", "YARN_CONTAINER_RUNTIME_DOCKER_<NAME>"),
     ("{image: x, mounts: [data:/data]}", "yarn", "absolute paths only"),
     ("{image: x, mounts: [/a]}", None, "host-path:container-path"),

@@ -41,7 +41,7 @@ from typing import (
     TypeVar,
 )
 
-from .. import rundir
+from .. import containers, rundir
 from ..errors import MxbatchError
 from ..jsonout import SCHEMA
 from ..plan import JobPlan
@@ -64,6 +64,8 @@ if TYPE_CHECKING:  # pragma: no cover
 LogReader = Callable[[int, bool], Optional[bytes]]
 #: the version of ``render --json`` output (that of every ``--json`` document)
 REQUEST_SCHEMA = SCHEMA
+#: what backends whose runtime runs roles in containers (``role_containers``) accept
+ROLE_CONTAINER_RUNTIMES = tuple(ContainerRuntime)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +98,12 @@ class Request:
                 if f.name != "plan"}
 
     def task_items(self) -> List[RenderedItem]:
-        """Every task's argv, working directory and environment, quoted for a shell."""
+        """Every task's argv, working directory and environment, quoted for a shell (in
+        a container: its command line and environment file, and the launch recipe)."""
         run = self.plan.run
+        if run.container is not None:
+            return [RenderedItem(f"every task in its {run.container.runtime.value} container "
+                                 "(a launch recipe: paste it into bash)", containers.recipe(run))]
         return [RenderedItem(f"task {task.index}: {task.label}",
                              f"argv: {shell_words(task.argv)}\ncwd: {run.workdir}\n"
                              f"env: {env_assignments(task.env)}")
@@ -120,8 +126,11 @@ class Request:
         return {"schema": REQUEST_SCHEMA, "job_id": run.job_id, "backend": self.plan.backend,
                 "run_dir": run.run_dir, "workdir": run.workdir,
                 "inherit_env": run.inherit_env,
-                "tasks": [{"index": t.index, "role": t.role.value, "rank": t.rank,
-                           "argv": list(t.argv), "env": dict(t.env)} for t in run.tasks],
+                "tasks": [dict({"index": t.index, "role": t.role.value, "rank": t.rank,
+                                "argv": list(t.argv), "env": dict(t.env)},
+                               **({"container": containers.task_data(run, t)}
+                                  if run.container is not None else {}))
+                          for t in run.tasks],
                 "native": self.native_data()}
 
 
@@ -178,6 +187,10 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     loopback_only: ClassVar[bool] = False
     #: the ``container.runtime`` values this backend runs roles in
     container_runtimes: ClassVar[Tuple[ContainerRuntime, ...]] = ()
+    #: the runtime itself runs every role in ``container`` (``runtime.container``;
+    #: local, SGE, Slurm: ``ROLE_CONTAINER_RUNTIMES``), rather than the backend's own
+    #: system (YARN's Docker runtime)
+    role_containers: ClassVar[bool] = False
     #: how often ``wait``/``--wait`` asks for the status (a batch system's qstat or
     #: squeue should not be asked many times a second)
     poll_interval_s: ClassVar[float] = 1.0
@@ -284,13 +297,15 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         """Make sure nothing of the job is left queued or running. Idempotent."""
 
     def cancel(self, record: JobRecord) -> None:
-        """Stop the job; idempotent; nothing remains queued or running afterwards."""
+        """Stop the job; idempotent; nothing remains queued or running afterwards (its
+        containers on this host included, whatever killed their supervisors)."""
         handle = self.handle_of(record)
         run = load_run_plan(record)
         if not self.status(record).terminal:
             self.rendezvous(record).write_abort(cancel_abort())
             self.await_stopped(record, handle, run)
         self.remove(record, handle, run)
+        containers.remove_leftovers(run)
 
     # ------------------------------------------------------------------ logs
     def log_reader(self, record: JobRecord, role: Role, rank: int) -> Optional[LogReader]:

@@ -12,7 +12,7 @@ Each loop (every ``POLL_S``, woken at once by role output and by SIGCHLD):
   the digest every ``Schedule.watch_s``; the other agents read the digest every
   heartbeat (see ``watch``);
 - running roles' progress (CPU, output, stopped) is measured every ``PROGRESS_S`` for
-  stall detection;
+  stall detection (a role in a container: the container's processes);
 - a signal to the agent (SIGTERM, SIGINT, SIGHUP) aborts the job: cancelled, when the
   agent stands for the user (the local job manager, an attached ``mxbatch launch``),
   else failed (a batch system's SIGTERM: walltime, preemption).
@@ -114,8 +114,9 @@ class Agent:
                                            % (self.by, type(exc).__name__, exc)))
             raise
         finally:
-            for runner in self.runners:
+            for runner in self.runners:  # first all, then wait: removals run in parallel
                 runner.kill()
+            for runner in self.runners:
                 runner.close()
             self._restore_signals(previous)
             self._selector.close()
@@ -232,10 +233,14 @@ class Agent:
         return records
 
     def _observe(self, mono: float) -> None:
+        """Each running role's processes: its process group, or, in a container, the
+        container's main process and its descendants."""
         pgids = [r.pgid for r in self.runners if r.pgid is not None]
-        stats = procstat.snapshot(pgids) if pgids else {}
+        roots = [r.container_pid for r in self.runners if r.container_pid is not None]
+        stats = procstat.snapshot(pgids, roots) if pgids else {}
         for runner in self.runners:
-            runner.observe(stats.get(runner.pgid) if runner.pgid else None, mono)
+            key = runner.container_pid or runner.pgid
+            runner.observe(stats.get(key) if key else None, mono)
 
     def _write_records(self, force: bool) -> None:
         for runner in self.runners:

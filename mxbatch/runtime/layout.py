@@ -12,7 +12,9 @@
 - ``logs/<role>-<rank>.log``: the role's stdout and stderr plus supervisor notes;
   ``logs/<role>-<rank>.out``: the supervisor's own output; ``logs/manager.log``;
   ``logs/<prefix>-<role>.<index>.out``: a batch system's output of one array task;
-- ``jobs/<name>.sh``: batch job scripts; ``<backend>/``: a backend's own files.
+- ``jobs/<name>.sh``: batch job scripts; ``<backend>/``: a backend's own files;
+- ``containers/<role>-<rank>.env``: the environment file of a role's container (mode
+  0600; written when the role starts, removed once the container runs).
 
 Nothing else spells these names: the CLI, the backends and the runtime all ask a
 ``RunLayout``. Paths are ``str`` (the runtime runs on Python 3.8 nodes).
@@ -30,6 +32,7 @@ TASKS = "tasks"
 LOGS = "logs"
 PYHOOK = "pyhook"
 JOBS = "jobs"
+CONTAINERS = "containers"
 
 
 def task_name(role: str, rank: int) -> str:
@@ -121,6 +124,14 @@ class RunLayout:
 
     def job_script(self, name: str) -> str:
         return self._path(JOBS, name + ".sh")
+
+    @property
+    def containers_dir(self) -> str:
+        return self._path(CONTAINERS)
+
+    def container_env_file(self, role: str, rank: int) -> str:
+        """The environment file of a role's container (``runtime.container``)."""
+        return self._path(CONTAINERS, task_name(role, rank) + ".env")
 
     def backend_dir(self, backend: str) -> str:
         """A directory of the backend's own files (``yarn/``)."""

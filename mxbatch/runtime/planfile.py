@@ -9,6 +9,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from .container import ContainerPlan
 from .layout import RunLayout, task_name
 from .roles import Role
 
@@ -68,6 +69,8 @@ class RunPlan:
     # Let roles write core files (RLIMIT_CORE untouched); off by default: a core dump
     # of an MXNet process is hundreds of MB in the workdir.
     core_dumps: bool = False
+    # Run every role in this container (docker, podman, apptainer); None: bare processes.
+    container: Optional[ContainerPlan] = None
     tasks: List[TaskInfo] = field(default_factory=list)
 
     @property
@@ -98,4 +101,6 @@ class RunPlan:
     def from_json(cls, text: str) -> "RunPlan":
         data = json.loads(text)
         data["tasks"] = [TaskInfo(**dict(t, role=Role(t["role"]))) for t in data["tasks"]]
+        if data.get("container") is not None:
+            data["container"] = ContainerPlan.from_dict(data["container"])
         return cls(**data)

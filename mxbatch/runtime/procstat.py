@@ -6,33 +6,45 @@ so the group's processes are the role and whatever it started that stayed in the
 group. ``snapshot`` sums their CPU time (user + system, in clock ticks) and says
 whether the role process itself is stopped (state ``T``: SIGSTOP, a debugger, a
 frozen job).
+
+A role in a docker or podman container is no process of the client's group: the
+daemon starts it. The same scan then answers for the process tree under the
+container's main process (``roots``: its host pid, an init such as tini, which
+runs the role as its child): the tree's CPU time, and whether the root or one of
+its children (the role) is stopped. ``/proc`` shows every process of the host,
+those in containers included, with host pids and parents.
 """
 
 import os
-from typing import Dict, Iterable, NamedTuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 
 class GroupStat(NamedTuple):
-    """One process group at one moment."""
+    """One process group (or container process tree) at one moment."""
 
     processes: int
     cpu_ticks: int
     leader_stopped: bool
 
 
-def _parse_stat(text: str):
-    """(state, pgrp, utime + stime) from the text of ``/proc/<pid>/stat``."""
+def _parse_stat(text: str) -> Tuple[str, int, int, int]:
+    """(state, ppid, pgrp, utime + stime) from the text of ``/proc/<pid>/stat``."""
     fields = text[text.rindex(")") + 2:].split()
-    # fields[0] is field 3 of proc(5): state; pgrp is field 5; utime, stime 14 and 15
-    return fields[0], int(fields[2]), int(fields[11]) + int(fields[12])
+    # fields[0] is field 3 of proc(5): state; ppid field 4, pgrp 5; utime, stime 14 and 15
+    return fields[0], int(fields[1]), int(fields[2]), int(fields[11]) + int(fields[12])
 
 
-def snapshot(pgids: Iterable[int]) -> Dict[int, GroupStat]:
-    """The state of each of ``pgids`` (a group with no live process is left out)."""
+def snapshot(pgids: Iterable[int], roots: Iterable[int] = ()) -> Dict[int, GroupStat]:
+    """The state of each of ``pgids`` and of each process tree under ``roots`` (pids),
+    keyed by pgid or root pid (a pid in use as a process group is never another
+    process's pid, so the keys cannot collide); one without a live process is left out."""
     wanted = set(pgids)
+    tree_roots = set(roots)
     counts: Dict[int, int] = {}
     ticks: Dict[int, int] = {}
     stopped: Dict[int, bool] = {}
+    # every live process, for the trees: pid -> (ppid, cpu, stopped)
+    procs: Dict[int, Tuple[int, int, bool]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -42,14 +54,44 @@ def snapshot(pgids: Iterable[int]) -> Dict[int, GroupStat]:
             continue
         try:
             with open("/proc/%s/stat" % entry) as handle:
-                state, pgrp, cpu = _parse_stat(handle.read())
+                state, ppid, pgrp, cpu = _parse_stat(handle.read())
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile, or not ours to read
-        if pgrp not in wanted or state in ("Z", "X"):
+        if state in ("Z", "X"):
+            continue
+        if tree_roots:
+            procs[int(entry)] = (ppid, cpu, state in ("T", "t"))
+        if pgrp not in wanted:
             continue
         counts[pgrp] = counts.get(pgrp, 0) + 1
         ticks[pgrp] = ticks.get(pgrp, 0) + cpu
         if int(entry) == pgrp:
             stopped[pgrp] = state in ("T", "t")
-    return {pgid: GroupStat(counts[pgid], ticks[pgid], stopped.get(pgid, False))
-            for pgid in counts}
+    result = {pgid: GroupStat(counts[pgid], ticks[pgid], stopped.get(pgid, False))
+              for pgid in counts}
+    if tree_roots:
+        children: Dict[int, List[int]] = {}
+        for pid, (ppid, _, _) in procs.items():
+            children.setdefault(ppid, []).append(pid)
+        for root in tree_roots:
+            stat = _tree_stat(root, procs, children)
+            if stat is not None:
+                result[root] = stat
+    return result
+
+
+def _tree_stat(root: int, procs: Dict[int, Tuple[int, int, bool]],
+               children: Dict[int, List[int]]) -> Optional[GroupStat]:
+    """The tree under ``root``: its size, CPU time, and whether the root or one of its
+    children (the role under an init) is stopped."""
+    if root not in procs:
+        return None
+    count = cpu = 0
+    pending = [root]
+    while pending:
+        pid = pending.pop()
+        count += 1
+        cpu += procs[pid][1]
+        pending.extend(children.get(pid, ()))
+    leaders = [root] + children.get(root, [])
+    return GroupStat(count, cpu, any(procs[pid][2] for pid in leaders))

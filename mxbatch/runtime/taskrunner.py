@@ -21,6 +21,12 @@ Contract of a role process:
   ``TaskFailed`` carries the abort record for the agent to publish;
 - to stop, the group gets SIGTERM (and SIGCONT, which a stopped process needs to see
   it), then SIGKILL after the grace period.
+
+With ``plan.container`` the role process is the container runtime's client
+(``runtime.container``): it gets SIGTERM rather than SIGKILL when the agent dies (docker
+and podman pass SIGTERM on to the container, whose init passes it to the role), the
+container is removed by name whenever the client did not end by itself, and progress
+is measured on the container's processes (``container_pid``) once known.
 """
 
 import enum
@@ -34,6 +40,7 @@ import time
 from typing import Dict, Iterator, Optional
 
 from . import net, pyhook
+from .container import RoleContainer
 from .environ import role_environment
 from .planfile import RunPlan, TaskInfo
 from .procstat import GroupStat
@@ -74,8 +81,15 @@ def signal_name(returncode: int) -> Optional[str]:
         return "signal %d" % -returncode
 
 
-def _prepare_role(core_dumps: bool) -> None:  # in the child, between fork and exec
-    """Die with the agent (PR_SET_PDEATHSIG); no core file unless allowed."""
+#: what a container runtime's exit code means, beyond the role's own
+_RUNTIME_EXIT_CODES = {125: "the container runtime failed: see its message in the log",
+                       126: "the container or its command could not start: see the log",
+                       127: "the command was not found in the container"}
+
+
+def _prepare_role(core_dumps: bool, deathsig: int = signal.SIGKILL) -> None:
+    """In the child, between fork and exec: die with the agent (PR_SET_PDEATHSIG sends
+    ``deathsig``); no core file unless allowed."""
     if not core_dumps:
         try:
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -84,7 +98,7 @@ def _prepare_role(core_dumps: bool) -> None:  # in the child, between fork and e
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None).prctl(1, deathsig)  # PR_SET_PDEATHSIG
     except Exception:  # best effort: not Linux, or no libc to call
         pass
 
@@ -133,6 +147,11 @@ class TaskRunner:
         self._cpu_ticks: Optional[int] = None
         self._progress_at: Optional[float] = None
         self._stopped_since: Optional[float] = None
+        # the role's container, if the plan has one
+        self.container = (RoleContainer(plan.container, plan.job_id, plan.workdir, plan.layout,
+                                        task.role.value, task.rank)
+                          if plan.container is not None else None)
+        self._escalated = False  # SIGKILL after the grace period was sent
 
     @property
     def label(self) -> str:
@@ -159,6 +178,9 @@ class TaskRunner:
         self._progress_at = mono
 
     def close(self) -> None:
+        """Release the log; wait (bounded) for the container's removal, if under way."""
+        if self.container is not None:
+            self.container.wait_removed()
         if self._log is not None:
             os.close(self._log)
             self._log = None
@@ -193,18 +215,41 @@ class TaskRunner:
 
     def _popen(self, rendezvous_env: Dict[str, str], wall: float, mono: float) -> None:
         hook_dir = pyhook.install(self.plan.layout.pyhook_dir)
-        env = role_environment(self.environ, self.plan.inherit_env, self.task.env,
-                               rendezvous_env, hook_dir, self.plan.submit_path)
-        self.say("starting %s" % " ".join(self.task.argv))
+        argv, deathsig = list(self.task.argv), signal.SIGKILL
+        if self.container is None:
+            env = role_environment(self.environ, self.plan.inherit_env, self.task.env,
+                                   rendezvous_env, hook_dir, self.plan.submit_path)
+        else:
+            if self.proc is not None and self.container.needs_removal(self.proc.poll(),
+                                                                      self._escalated):
+                self.container.remove()  # a restart: the name is needed again
+                self.container.wait_removed()
+            try:
+                argv, env, skipped = self.container.prepare(
+                    self.environ, functools.partial(
+                        role_environment, inherit=self.plan.inherit_env,
+                        task_env=self.task.env, rendezvous_env={}, hook_dir=hook_dir),
+                    rendezvous_env, self.task.argv, self.task.gpus, self.plan.core_dumps, mono)
+            except OSError as exc:
+                raise self.fail("%s: cannot run its %s container: %s"
+                                % (self.label, self.container.plan.runtime.value,
+                                   exc.strerror or exc), wall, mono) from None
+            if skipped:
+                self.say("left out of the container's environment (a value with a newline, "
+                         "or a name that is no identifier): %s" % ", ".join(skipped))
+            # docker and podman pass SIGTERM on to the container; SIGKILL would orphan it
+            if self.container.daemon:
+                deathsig = signal.SIGTERM
+        self.say("starting %s" % " ".join(argv))
         read_end, write_end = os.pipe()
         try:
             self.proc = subprocess.Popen(
-                self.task.argv, cwd=self.plan.workdir, env=env, stdin=subprocess.DEVNULL,
+                argv, cwd=self.plan.workdir, env=env, stdin=subprocess.DEVNULL,
                 stdout=write_end, stderr=write_end, start_new_session=True,
-                preexec_fn=functools.partial(_prepare_role, self.plan.core_dumps))
+                preexec_fn=functools.partial(_prepare_role, self.plan.core_dumps, deathsig))
         except OSError as exc:
             os.close(read_end)
-            raise self.fail("%s: cannot start %r: %s" % (self.label, self.task.argv[0],
+            raise self.fail("%s: cannot start %r: %s" % (self.label, argv[0],
                                                          exc.strerror or exc),
                             wall, mono) from None
         finally:
@@ -275,6 +320,8 @@ class TaskRunner:
         if code is not None:
             self._exited(code, wall, mono)
             return
+        if self.container is not None:
+            self.container.poll(mono)
         if self.task.role is Role.SCHEDULER:
             self._check_listening(wall, mono)
         else:
@@ -307,6 +354,8 @@ class TaskRunner:
             return
         how = ("was killed by %s" % self.record.signal if code < 0
                else "exited with code %d" % code)
+        if self.container is not None and code in _RUNTIME_EXIT_CODES:
+            how += " (%s)" % _RUNTIME_EXIT_CODES[code]
         self.say(how)
         raise self.fail("%s %s" % (self.label, how), wall, mono, code, self.record.signal)
 
@@ -367,17 +416,31 @@ class TaskRunner:
         if self._kill_at is not None and mono >= self._kill_at:
             self.say("still running %gs after SIGTERM: SIGKILL" % self.plan.grace_s)
             _killpg(self.proc.pid, signal.SIGKILL)
+            self._escalated = True
+            if self.container is not None:
+                self.say("removing container %s" % self.container.name)
+                self.container.remove()
             self._kill_at = None
 
     def kill(self) -> None:
-        """SIGKILL whatever is left of the role's group (the agent is ending)."""
-        if self.proc is not None:
-            _killpg(self.proc.pid, signal.SIGKILL)
+        """SIGKILL whatever is left of the role's group (the agent is ending), and start
+        removing its container if the client may have left it behind (``close`` waits)."""
+        if self.proc is None:
+            return
+        running = self.proc.poll() is None
+        _killpg(self.proc.pid, signal.SIGKILL)
+        if self.container is not None and (running or self.container.needs_removal(
+                self.proc.poll(), self._escalated)):
+            self.container.remove()
 
     def _finish(self, state: TaskState, wall: Optional[float]) -> None:
         if self.proc is not None and self.record.exit_code is None:
             code = self.proc.poll()
             self.record.exit_code, self.record.signal = code, signal_name(code or 0)
+        if self.container is not None and self.proc is not None:
+            if self.container.needs_removal(self.proc.poll(), self._escalated):
+                self.container.remove()
+            self.container.forget_env_file()
         self.phase = Phase.DONE
         self.record.ended_at = wall if wall is not None else time.time()
         self._set(state)
@@ -386,6 +449,14 @@ class TaskRunner:
     @property
     def pgid(self) -> Optional[int]:
         return self.proc.pid if self.proc is not None and self.phase is Phase.RUNNING else None
+
+    @property
+    def container_pid(self) -> Optional[int]:
+        """The host pid of the role's container's main process, once known while running
+        (docker/podman: the role's processes are its descendants, not the client's)."""
+        if self.container is None or self.phase is not Phase.RUNNING:
+            return None
+        return self.container.pid
 
     def observe(self, stat: Optional[GroupStat], mono: float) -> None:
         """Update idle and stopped times from a snapshot of the role's process group."""
