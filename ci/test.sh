@@ -6,14 +6,14 @@
 # clusters the suite needs, runs pytest, and stops the clusters again, also on failure. pytest's "no tests ran" (exit 5) fails.
 #
 # Env: MXBATCH_TEST_CLUSTERS  space-separated clusters to start and require
-#                             (default: sge slurm yarn cachefs)
+#                             (default: sge slurm yarn cachefs containers)
 #      PYTEST_ARGS            extra pytest arguments
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 export MXBATCH_CLUSTER_STATE=${MXBATCH_CLUSTER_STATE:-/tmp/mxbatch-clusters}
-CLUSTERS=${MXBATCH_TEST_CLUSTERS-sge slurm yarn cachefs}
+CLUSTERS=${MXBATCH_TEST_CLUSTERS-sge slurm yarn cachefs containers}
 STARTED=()
 
 log() { printf '[test.sh %(%H:%M:%S)T] %s\n' -1 "$*"; }

@@ -89,10 +89,12 @@ def check_environment(plan: JobPlan, remote: bool) -> None:
     runtime = container.runtime
     binary = find_binary(runtime)
     if binary is None:
-        names = " nor ".join(binary_candidates(runtime))
+        names = binary_candidates(runtime)
+        missing = (f"neither {' nor '.join(names)} is installed" if len(names) > 1
+                   else f"{names[0]} is not installed")
         raise BackendUnavailable(
-            f"container.runtime {runtime.value}: {'neither ' if ' nor ' in names else ''}"
-            f"{names} is installed {here} (not on PATH), so no role can run in its "
+            f"container.runtime {runtime.value}: {missing} {here} (not on PATH), so no "
+            "role can run in its "
             f"container; install it or choose another runtime "
             f"({', '.join(r.value for r in ContainerRuntime)}). "
             "`mxbatch render` shows what would run without it.")

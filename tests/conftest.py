@@ -27,7 +27,7 @@ def pytest_collection_modifyitems(config, items):
     ones that must run (CI), turning a missing cluster into a failure, not a skip."""
     required = {n for n in os.environ.get("MXBATCH_REQUIRE", "").split(",") if n}
     available = {"mxnet": importlib.util.find_spec("mxnet") is not None}
-    for cluster in ("sge", "slurm", "yarn", "cachefs"):
+    for cluster in ("sge", "slurm", "yarn", "cachefs", "containers"):
         available[cluster] = cluster_env_file(cluster).is_file()
     for item in items:
         for marker, present in available.items():

@@ -439,6 +439,9 @@ class TaskRunner:
             self.record.exit_code, self.record.signal = code, signal_name(code or 0)
         if self.container is not None and self.proc is not None:
             if self.container.needs_removal(self.proc.poll(), self._escalated):
+                if not self._escalated:  # escalating said so already
+                    self.say("removing container %s (its client did not end by itself)"
+                             % self.container.name)
                 self.container.remove()
             self.container.forget_env_file()
         self.phase = Phase.DONE
