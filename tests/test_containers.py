@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -153,6 +154,30 @@ def test_example_job_trains_with_every_role_in_a_container(ccli, ctr_env, exampl
         assert f"{label:<12} | mxbatch-test: {role} in a {runtime} container" in result.stdout
     run_dir = ccli.home / "runs" / job
     assert list((run_dir / "containers").iterdir()) == []  # env files removed
+    assert_no_containers(ctr_env, job)
+    assert_no_processes(job)
+
+
+@pytest.mark.slurm
+@pytest.mark.mxnet
+def test_example_job_on_slurm_with_every_role_in_a_podman_container(home, ctr_env, example):
+    """Through the Slurm test cluster (its nodes are network namespaces: podman's host
+    network there is the node's own), one array task per role, each role in podman."""
+    cli = Cli(home, dict(cluster_environment("slurm"), **ctr_env))
+    data = yaml.safe_load(example.read_text())
+    check = ('test -f /run/.containerenv && echo "mxbatch-test: $DMLC_ROLE in a podman '
+             'container on $(hostname)"; exec "$0" "$@"')
+    data["command"] = ["/bin/sh", "-c", check, ctr_env["MXBATCH_TEST_CONTAINER_PYTHON"],
+                       "train_mlp.py", "--kvstore", "dist_sync"]
+    data["resources"]["memory"] = "1G"  # the test nodes advertise 4096 MB
+    data["container"] = container(ctr_env, "podman")
+    spec = write_spec(example, data)
+    result = cli.run("submit", "--backend", "slurm", "--wait", str(spec), env={"EPOCHS": "2"},
+                     timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
+    assert_trained(result.stdout)
+    assert len(re.findall(r"mxbatch-test: \w+ in a podman container", result.stdout)) == 5
+    job = result.stdout.split()[0]
     assert_no_containers(ctr_env, job)
     assert_no_processes(job)
 

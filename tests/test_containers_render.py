@@ -59,16 +59,22 @@ def task_argv(request, role: str, rank: int):
                 if t["role"] == role and t["rank"] == rank)
 
 
-def test_docker_command_line_is_golden(tmp_path):
-    request = prepare(tmp_path)
+def golden_start(runtime: str, request, tmp_path: Path, task: str):
+    """What every docker and podman command line starts with, up to ``-w <workdir>``."""
     job = request.plan.job_id
     run = f"/shared/runs/{job}"
-    assert task_argv(request, "worker", 1) == [
-        "docker", "run", "--rm", "--init", "--network", "host",
-        "--name", f"mxbatch-{job}-worker-1", "--env-file", f"{run}/containers/worker-1.env",
-        "-e", "DMLC_PS_ROOT_URI", "-e", "DMLC_PS_ROOT_PORT", "-e", "DMLC_NODE_HOST",
-        "-v", f"{tmp_path}:{tmp_path}", "-v", f"{run}:{run}:ro", "-v", "/data:/data:ro",
-        "-w", str(tmp_path), "--ulimit", "core=0", "--gpus", "2", "--shm-size=1g",
+    return [runtime, "run", "--rm", "--init", "--network", "host",
+            "--name", f"mxbatch-{job}-{task}", "--env-file", f"{run}/containers/{task}.env",
+            "-e", "DMLC_PS_ROOT_URI", "-e", "DMLC_PS_ROOT_PORT", "-e", "DMLC_NODE_HOST",
+            "-v", f"{tmp_path}:{tmp_path}", "-v", f"{run}:{run}:ro", "-v", "/data:/data:ro",
+            "-w", str(tmp_path)]
+
+
+def test_docker_command_line_is_golden(tmp_path):
+    request = prepare(tmp_path)
+    assert task_argv(request, "worker", 1) == golden_start("docker", request, tmp_path,
+                                                           "worker-1") + [
+        "--ulimit", "core=0", "--gpus", "2", "--shm-size=1g",
         "mxnet/python:1.9.1", "python3", "train.py"]
     # the scheduler asks for no GPU
     assert "--gpus" not in task_argv(request, "scheduler", 0)
@@ -76,14 +82,9 @@ def test_docker_command_line_is_golden(tmp_path):
 
 def test_podman_command_line_is_golden(tmp_path):
     request = prepare(tmp_path, "podman")
-    job = request.plan.job_id
-    run = f"/shared/runs/{job}"
-    assert task_argv(request, "worker", 0) == [
-        "podman", "run", "--rm", "--init", "--network", "host",
-        "--name", f"mxbatch-{job}-worker-0", "--env-file", f"{run}/containers/worker-0.env",
-        "-e", "DMLC_PS_ROOT_URI", "-e", "DMLC_PS_ROOT_PORT", "-e", "DMLC_NODE_HOST",
-        "-v", f"{tmp_path}:{tmp_path}", "-v", f"{run}:{run}:ro", "-v", "/data:/data:ro",
-        "-w", str(tmp_path), "--ulimit", "host",
+    assert task_argv(request, "worker", 0) == golden_start("podman", request, tmp_path,
+                                                           "worker-0") + [
+        "--ulimit", "host",
         "--device", "nvidia.com/gpu=0", "--device", "nvidia.com/gpu=1", "--shm-size=1g",
         "mxnet/python:1.9.1", "python3", "train.py"]
 

@@ -185,11 +185,10 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     handle_class: ClassVar[type]
     #: every task runs on this machine: advertise 127.0.0.1
     loopback_only: ClassVar[bool] = False
-    #: the ``container.runtime`` values this backend runs roles in
+    #: the ``container.runtime`` values this backend's own system runs roles in (YARN)
     container_runtimes: ClassVar[Tuple[ContainerRuntime, ...]] = ()
-    #: the runtime itself runs every role in ``container`` (``runtime.container``;
-    #: local, SGE, Slurm: ``ROLE_CONTAINER_RUNTIMES``), rather than the backend's own
-    #: system (YARN's Docker runtime)
+    #: the runtime itself runs every role in ``container`` (``runtime.container``), in
+    #: any of ``ROLE_CONTAINER_RUNTIMES``: local, SGE, Slurm (ssh, MPI)
     role_containers: ClassVar[bool] = False
     #: how often ``wait``/``--wait`` asks for the status (a batch system's qstat or
     #: squeue should not be asked many times a second)
@@ -229,10 +228,11 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         """SpecError at ``container`` if the spec asks for a container runtime this
         backend does not run roles in. No cluster I/O."""
         container = spec.container
-        if container is None or container.runtime in self.container_runtimes:
+        runtimes = ROLE_CONTAINER_RUNTIMES if self.role_containers else self.container_runtimes
+        if container is None or container.runtime in runtimes:
             return
-        runs = (f"it runs {', '.join(r.value for r in self.container_runtimes)}"
-                if self.container_runtimes else "remove the key or set it to null")
+        runs = (f"it runs {', '.join(r.value for r in runtimes)}"
+                if runtimes else "remove the key or set it to null")
         raise spec.error(("container",), f"{container.runtime.value} containers are not "
                                          f"supported by backend {self.name!r}", runs)
 

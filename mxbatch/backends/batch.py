@@ -31,15 +31,7 @@ from ..runtime.rendezvous import FileRendezvous
 from ..runtime.roles import Role
 from ..status import JobStatus, NativeState, TaskKey, merge
 from . import drmaa as drmaa_glue
-from .base import (
-    ROLE_CONTAINER_RUNTIMES,
-    Backend,
-    Handle,
-    RenderedItem,
-    Request,
-    Rollback,
-    load_run_plan,
-)
+from .base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
 
 #: how long cancel waits for the queue to forget the job's tasks
 QUEUE_DRAIN_S = 60.0
@@ -152,7 +144,6 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
     """Render/submit/status/cancel for array-job schedulers; subclasses fill in natives."""
 
     script_template: str = ""
-    container_runtimes = ROLE_CONTAINER_RUNTIMES
     role_containers = True
     #: the scheduler and its daemon, in messages: "SGE" / "SGE qmaster"
     scheduler: str = ""

@@ -32,15 +32,7 @@ from ..runtime.rendezvous import FileRendezvous
 from ..runtime.states import TaskState
 from ..status import JobStatus, NativeState, merge
 from ..typed import option
-from .base import (
-    ROLE_CONTAINER_RUNTIMES,
-    Backend,
-    Handle,
-    RenderedItem,
-    Request,
-    Rollback,
-    load_run_plan,
-)
+from .base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +69,6 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
 
     name = "local"
     loopback_only = True
-    container_runtimes = ROLE_CONTAINER_RUNTIMES
     role_containers = True
     options_class = LocalOptions
     handle_class = LocalHandle
