@@ -257,6 +257,8 @@ def test_cancel_removes_every_container(ccli, ctr_env, tmp_path):
                     worker_env={"FAKE_SLEEP": "120", "FAKE_TICK": "1"})
     job = ccli.submit(spec)
     wait_for(lambda: "tick" in log_of(ccli, job, "worker-0"), 120, "the worker's output")
+    env_file = ccli.home / "runs" / job / "containers" / "worker-0.env"
+    wait_for(lambda: not env_file.exists(), 30, "the env file's removal once the container ran")
     result = ccli.run("cancel", job)
     assert result.returncode == 0, result.stderr
     assert ccli.status(job)["state"] == "CANCELLED"

@@ -28,6 +28,7 @@ from mxbatch.runtime.container import (
     find_binary,
     gpu_options,
     visible_devices,
+    write_private,
 )
 from mxbatch.runtime.planfile import RunPlan
 
@@ -152,6 +153,19 @@ def test_env_files_carry_values_literally_or_quoted():
     text, skipped = env_file_text(ContainerRuntime.APPTAINER, env)
     assert text == "A='two words'\nB='x=y $HOME '\"'\"'q'\"'\"''\nMULTI='line1\nline2'\n"
     assert skipped == ["BASH_FUNC_module%%"]
+
+
+def test_env_files_are_private(tmp_path):
+    path = tmp_path / "containers" / "worker-0.env"
+    old = os.umask(0)
+    try:
+        write_private(str(path), "A=1\n")
+    finally:
+        os.umask(old)
+    assert path.read_text() == "A=1\n"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert os.listdir(path.parent) == ["worker-0.env"]  # no temporary file left
 
 
 def test_container_names_are_safe():

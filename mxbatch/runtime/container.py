@@ -51,7 +51,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .layout import RunLayout
 
@@ -335,9 +335,10 @@ class RoleContainer:
         """Whether a daemon runs the container (then the client is not the container)."""
         return self.plan.runtime is not ContainerRuntime.APPTAINER
 
-    def prepare(self, environ: Mapping[str, str], role_env_of, rendezvous_env: Mapping[str, str],
-                argv: Sequence[str], gpus: int, core_dumps: bool,
-                mono: float) -> Tuple[List[str], Dict[str, str], List[str]]:
+    def prepare(self, environ: Mapping[str, str],
+                role_env_of: Callable[[Mapping[str, str]], Dict[str, str]],
+                rendezvous_env: Mapping[str, str], argv: Sequence[str], gpus: int,
+                core_dumps: bool, mono: float) -> Tuple[List[str], Dict[str, str], List[str]]:
         """Write the environment file and return (the client's argv, its environment,
         the names the file could not carry). ``role_env_of(inherited)``: the role's
         environment built on an inherited one (``role_environment`` without the
