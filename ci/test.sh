@@ -6,7 +6,10 @@
 # clusters the suite needs, runs pytest, and stops the clusters again, also on failure. pytest's "no tests ran" (exit 5) fails.
 #
 # Env: MXBATCH_TEST_CLUSTERS  space-separated clusters to start and require
-#                             (default: sge slurm yarn cachefs containers)
+#                             (default: sge slurm yarn cachefs containers); slurm
+#                             runs its nodes on the namespace test hosts, so "hosts" is
+#                             started before it (and stopped after it) whenever slurm is
+#                             listed
 #      PYTEST_ARGS            extra pytest arguments
 set -euo pipefail
 
@@ -14,13 +17,27 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 export MXBATCH_CLUSTER_STATE=${MXBATCH_CLUSTER_STATE:-/tmp/mxbatch-clusters}
 CLUSTERS=${MXBATCH_TEST_CLUSTERS-sge slurm yarn cachefs containers}
+# slurm's slurmd nodes live in the test hosts (hosts-up.sh): hosts come right before it
+if [[ " $CLUSTERS " == *" slurm "* ]]; then
+    ordered=""
+    for name in $CLUSTERS; do
+        case $name in
+            hosts) ;;
+            slurm) ordered="$ordered hosts slurm" ;;
+            *) ordered="$ordered $name" ;;
+        esac
+    done
+    CLUSTERS=${ordered# }
+fi
 STARTED=()
 
 log() { printf '[test.sh %(%H:%M:%S)T] %s\n' -1 "$*"; }
 
+# in reverse order: slurm before the hosts its nodes run in
 stop_clusters() {
-    local name
-    for name in "${STARTED[@]}"; do
+    local i name
+    for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do
+        name=${STARTED[i]}
         log "stopping $name"
         bash "ci/clusters/$name-down.sh" || log "WARNING: $name-down.sh failed"
     done
@@ -55,7 +72,9 @@ for name in $CLUSTERS; do
 done
 
 require="mxnet"
-for name in $CLUSTERS; do require="$require,$name"; done
+for name in $CLUSTERS; do
+    [[ $name == hosts ]] || require="$require,$name"   # infrastructure, not a test marker
+done
 log "pytest (required: $require)"
 set +e
 MXBATCH_REQUIRE=$require python -m pytest -p no:cacheprovider -ra ${PYTEST_ARGS:-} tests

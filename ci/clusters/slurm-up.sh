@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
-# slurm-up.sh - bring up mxbatch's single-host, multi-node Slurm test cluster.
+# slurm-up.sh - bring up mxbatch's multi-node Slurm test cluster on the namespace test
+# hosts of hosts-up.sh (which must be up first: ci/test.sh starts them before Slurm).
 #
-# One host runs a private munged, slurmctld and several slurmd "nodes"
-# (slurmd -N nodeX, all on 127.0.0.1 with distinct ports):
-#   partition debug (default): node1..node3, 4 CPUs and 4 GB each
-#   partition tiny:            node4, 1 CPU (tests fill it to starve jobs)
+# slurmctld and munged run in the root namespace; slurmctld is reached on the hosts'
+# bridge address (MXBATCH_TEST_BRIDGE_IP, 10.213.57.1), from here and from the hosts.
+# Each node's slurmd runs inside one test host (its network, mount and UTS namespaces,
+# like the host's sshd: hosts-exec.sh), NodeName = NodeHostname = the host's name,
+# NodeAddr = its address, so the tasks of a job run on distinct IPs:
+#   partition debug (default): mxbh1..mxbh3, 4 CPUs and 4 GB each
+#   partition tiny:            mxbh4, 1 CPU (tests fill it to starve jobs)
 # Everything (config, munge key and socket, state, spool, logs, pid files)
 # lives under $MXBATCH_CLUSTER_STATE/slurm; nothing is written to /etc.
 # The tests source $MXBATCH_CLUSTER_STATE/slurm.env (it exports SLURM_CONF).
 #
 # Idempotent: safe when the cluster is down, half up or up. A changed
 # configuration restarts the daemons (state and job ids are kept;
-# slurm-down.sh --wipe starts from scratch).
+# slurm-down.sh --wipe starts from scratch); a slurmd whose host was recreated
+# (hosts-down.sh, hosts-up.sh) is restarted inside the new one.
 #
 # Usage: ci/clusters/slurm-up.sh
 # Env:   MXBATCH_CLUSTER_STATE  state root (default /tmp/mxbatch-clusters)
 #        MXBATCH_SLURM_TIMEOUT  seconds for each wait (default 60)
-#        MXBATCH_SLURM_NODES    nodes in partition debug (default 3)
+#        MXBATCH_SLURM_NODES    nodes in partition debug (default 3; the rest of the
+#                               good test hosts, at least one, make partition tiny)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -29,19 +35,23 @@ TIMEOUT=${MXBATCH_SLURM_TIMEOUT:-60}
 MUNGE_SOCKET=$BASE/munge/munge.socket
 MUNGE_KEY=$BASE/munge/munge.key
 
-CTLD_PORT=6817                # SGE uses 6444/6445
-NODE_PORT0=17000              # nodeN listens on NODE_PORT0 + N
-# Partition debug has node1..nodeN. A heterogeneous job needs one node per
+CTLD_PORT=6817                # SGE uses 6444/6445; each slurmd: 6818 on its host's address
+HOSTS_ENV=$STATE_ROOT/hosts.env
+# Partition debug has the first N good hosts. A heterogeneous job needs one node per
 # component here (see below), so N=3 fits scheduler + server + worker.
 DEBUG_COUNT=${MXBATCH_SLURM_NODES:-3}
 if [[ ! $DEBUG_COUNT =~ ^[1-9][0-9]?$ ]] || ((DEBUG_COUNT < 2)); then
     echo "slurm-up: MXBATCH_SLURM_NODES must be 2..99, not '$DEBUG_COUNT'" >&2
     exit 2
 fi
-DEBUG_NODES=()
-for ((i = 1; i <= DEBUG_COUNT; i++)); do DEBUG_NODES+=("node$i"); done
-TINY_NODE=node$((DEBUG_COUNT + 1))
-NODES=("${DEBUG_NODES[@]}" "$TINY_NODE")
+# Filled by load_hosts from hosts-up.sh's host map:
+DEBUG_NODES=()                # node names (= host names) of partition debug
+TINY_NODE=                    # the node of partition tiny
+NODES=()                      # all of them, in order
+declare -A NODE_ADDR=()       # node -> its address
+declare -A NODE_NETNS=()      # node -> "net:[inode]" of its host
+BRIDGE_IP=
+HOSTS_EXEC=
 DEBUG_CPUS=4                  # advertised (config_overrides), not real cores
 TINY_CPUS=1
 NODE_MEM_MB=4096
@@ -138,14 +148,46 @@ start_munge() {
 
 # --- configuration -------------------------------------------------------
 
-# node_lines: one NodeName line per node; nodeN listens on NODE_PORT0 + N.
+# load_hosts: the good test hosts of hosts-up.sh (its env file and host map); dies
+# with what to run when the hosts are down
+load_hosts() {
+    local name addr role netns _ good=()
+    [[ -s $HOSTS_ENV ]] \
+        || die "the test hosts are down ($HOSTS_ENV missing): run ci/clusters/hosts-up.sh first"
+    # (read in a subshell: its Open MPI settings must not reach the daemons)
+    BRIDGE_IP=$(hosts_setting MXBATCH_TEST_BRIDGE_IP)
+    HOSTS_EXEC=$(hosts_setting MXBATCH_TEST_HOSTS_EXEC)
+    while read -r name addr role netns _; do
+        [[ $role == good ]] || continue
+        [[ -e /run/netns/$name ]] || die "test host $name is down: run ci/clusters/hosts-up.sh"
+        good+=("$name")
+        NODE_ADDR[$name]=$addr
+        NODE_NETNS[$name]=$netns
+    done < <(grep -v '^#' "$(hosts_setting MXBATCH_TEST_HOST_MAP)")
+    ((${#good[@]} > DEBUG_COUNT)) \
+        || die "$DEBUG_COUNT debug nodes + 1 tiny node need $((DEBUG_COUNT + 1)) test hosts," \
+            "hosts-up.sh made ${#good[@]}"
+    DEBUG_NODES=("${good[@]:0:DEBUG_COUNT}")
+    TINY_NODE=${good[DEBUG_COUNT]}
+    NODES=("${DEBUG_NODES[@]}" "$TINY_NODE")
+}
+
+# hosts_setting NAME: the value hosts.env gives NAME (dies if none)
+hosts_setting() {
+    local value
+    # shellcheck disable=SC1090  # written by hosts-up.sh
+    value=$(. "$HOSTS_ENV" && printf '%s' "${!1:-}")
+    [[ -n $value ]] || die "$HOSTS_ENV sets no $1"
+    printf '%s\n' "$value"
+}
+
+# node_lines: one NodeName line per node: its host's name and address
 node_lines() {
-    local i cpus
-    for ((i = 1; i <= ${#NODES[@]}; i++)); do
+    local n cpus
+    for n in "${NODES[@]}"; do
         cpus=$DEBUG_CPUS
-        [[ ${NODES[i - 1]} == "$TINY_NODE" ]] && cpus=$TINY_CPUS
-        echo "NodeName=${NODES[i - 1]} NodeHostname=$(hostname -s)" \
-            "NodeAddr=127.0.0.1 Port=$((NODE_PORT0 + i)) CPUs=$cpus"
+        [[ $n == "$TINY_NODE" ]] && cpus=$TINY_CPUS
+        echo "NodeName=$n NodeHostname=$n NodeAddr=${NODE_ADDR[$n]} CPUs=$cpus"
     done
 }
 
@@ -154,9 +196,10 @@ write_conf() {
     host=$(hostname -s)
     new=$(mktemp "$BASE/etc/slurm.conf.XXXXXX")
     cat >"$new" <<EOF
-# Generated by ci/clusters/slurm-up.sh: single-host mxbatch test cluster.
+# Generated by ci/clusters/slurm-up.sh: mxbatch test cluster, one slurmd in each
+# namespace test host (hosts-up.sh), slurmctld on their bridge address.
 ClusterName=mxbatch
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$host($BRIDGE_IP)
 SlurmctldPort=$CTLD_PORT
 SlurmUser=root
 SlurmdUser=root
@@ -198,7 +241,7 @@ InactiveLimit=0
 SlurmctldTimeout=30
 SlurmdTimeout=60
 MessageTimeout=10
-# All nodes are this host (multiple-slurmd mode: slurmd -N NAME).
+# Every node is a test host: a network namespace with its own address and hostname.
 NodeName=DEFAULT RealMemory=$NODE_MEM_MB State=UNKNOWN
 $(node_lines)
 # LLN: put each job on the least loaded node, so that small jobs (array
@@ -226,14 +269,20 @@ start_slurmctld() {
         || die "slurmctld failed to start (see $BASE/log/slurmctld.log)"
 }
 
+# start_slurmd NODE: NODE's slurmd runs inside its test host (restarted if it runs in
+# a namespace that is no longer the host's: the hosts were recreated)
 start_slurmd() {
-    local n=$1
+    local n=$1 pid
     mkdir -p "$BASE/spool/$n"
-    if pid_from_file "$BASE/run/slurmd-$n.pid" slurmd >/dev/null; then
-        return 0
+    if pid=$(pid_from_file "$BASE/run/slurmd-$n.pid" slurmd); then
+        [[ $(readlink "/proc/$pid/ns/net") == "${NODE_NETNS[$n]}" ]] && return 0
+        log "slurmd -N $n (pid $pid) runs outside host $n: restarting it"
+        stop_pids "slurmd $n" "$TIMEOUT" "$pid" || die "slurmd $n (pid $pid) does not stop"
     fi
-    log "starting slurmd -N $n"
-    start_daemon "$BASE/log/slurmd-$n.out" slurmd -N "$n" \
+    rm -f "$BASE/run/slurmd-$n.pid"
+    log "starting slurmd -N $n in host $n (${NODE_ADDR[$n]})"
+    # hosts-exec.sh: the network, mount and UTS namespaces of the host's sshd
+    (cd / && start_daemon "$BASE/log/slurmd-$n.out" "$HOSTS_EXEC" "$n" slurmd -N "$n") \
         || die "slurmd -N $n failed to start (see $BASE/log/slurmd-$n.log)"
 }
 
@@ -270,10 +319,13 @@ job_done() {
 }
 
 check_jobs() {
-    local id st
-    timeout "$TIMEOUT" srun --quiet -p debug -N "$DEBUG_COUNT" --ntasks-per-node=1 \
-        -J mxbatch-up-check -t 1 true \
-        || die "srun on all debug nodes failed (see $BASE/log/)"
+    local id st out want
+    # one task on each debug node: each runs in its own host
+    out=$(timeout "$TIMEOUT" srun --quiet -p debug -N "$DEBUG_COUNT" --ntasks-per-node=1 \
+        -J mxbatch-up-check -t 1 hostname) || die "srun on all debug nodes failed (see $BASE/log/)"
+    want=$(printf '%s\n' "${DEBUG_NODES[@]}")
+    [[ $(sort <<<"$out") == "$want" ]] \
+        || die "srun -N $DEBUG_COUNT hostname printed '$out', not the debug hosts"
     timeout "$TIMEOUT" srun --quiet -p tiny -n 1 -J mxbatch-up-check -t 1 true \
         || die "srun on partition tiny failed (see $BASE/log/)"
     id=$(sbatch --parsable -J mxbatch-up-check -t 1 -o /dev/null -D / --wrap true) \
@@ -294,6 +346,7 @@ EOF
 main() {
     local n
     install_packages
+    load_hosts
     mkdir -p "$BASE"/{etc,state,spool,run,log}
     export SLURM_CONF=$CONF
     lock_cluster
@@ -322,7 +375,8 @@ main() {
         || die "nodes not idle after ${TIMEOUT}s: ${NODE_STATES:-no answer} (see $BASE/log/)"
     check_jobs
     write_env
-    log "cluster up: $(sinfo -h -o '%P=%N(%c cpus,%t)' | tr '\n' ' ')"
+    log "cluster up: $(sinfo -h -o '%P=%N(%c cpus,%t)' | tr '\n' ' ')" \
+        "on $(for n in "${NODES[@]}"; do printf '%s ' "${NODE_ADDR[$n]}"; done)"
     log "env: $ENV_FILE (SLURM_CONF=$CONF)"
 }
 
