@@ -12,6 +12,8 @@
 #                         (`-q tiny.q` alone pends forever too; DRMAA submits with
 #                         -w e and rejects a job that can never fit: add -w n)
 #   PE     smp            allocation_rule $pe_slots, in both queues (qsub -pe smp N)
+#   complexes gpu (consumable YES: per slot) and gpuj (consumable JOB), 4 of each on the
+#                         host: GPU bookkeeping without devices
 #   root may submit (min_uid/min_gid 0); no load thresholds; the scheduler runs
 #   every second and on each submit/finish (`qsub -sync y -b y true` takes ~1 s)
 #   ${MXBATCH_CLUSTER_STATE:-/tmp/mxbatch-clusters}/sge.env: shell exports for tests
@@ -39,6 +41,7 @@ readonly MAIN_QUEUE=all.q
 readonly SLOTS=${SGE_SLOTS:-8}
 readonly SMALL_QUEUE=${SGE_SMALL_QUEUE-tiny.q}
 readonly SMALL_SLOTS=${SGE_SMALL_SLOTS:-2}
+readonly GPU_COUNT=4
 readonly TIMEOUT=${MXBATCH_SGE_TIMEOUT:-120}
 readonly DAEMON_LOG=$SPOOL/mxbatch-daemons.log
 
@@ -309,19 +312,42 @@ configure_queue() {
 # boolean complex `small`, and only jobs that request it (-l small) may run there.
 # (The cell-wide default request file sge_request(5) with `-q all.q` is not enough:
 # qsub replaces it with a job's own -q, but DRMAA merges them into "all.q,tiny.q".)
-configure_small_complex() {
-    local cx
+# GPUs as sites declare them: `gpu`, a per-slot consumable (YES: SGE multiplies a
+# request by the job's slots), and `gpuj`, a per-job one (JOB); this host has
+# GPU_COUNT of each (no real devices: only the scheduler's bookkeeping is tested).
+readonly COMPLEXES=(
+    "small small BOOL == FORCED NO FALSE 0"
+    "gpu gpu INT <= YES YES 0 0"
+    "gpuj gpuj INT <= YES JOB 0 0"
+)
+configure_complexes() {
+    local cx line added=()
     cx=$(timeout 30 qconf -sc) || die "qconf -sc failed"
-    grep -q '^small[[:space:]]' <<<"$cx" && return
-    { printf '%s\n' "$cx"; echo "small small BOOL == FORCED NO FALSE 0"; } >"$WORK/complexes"
+    for line in "${COMPLEXES[@]}"; do
+        grep -q "^${line%% *}[[:space:]]" <<<"$cx" && continue
+        cx+=$'\n'"$line"
+        added+=("${line%% *}")
+    done
+    (( ${#added[@]} )) || return 0
+    printf '%s\n' "$cx" >"$WORK/complexes"
     must qconf -Mc "$WORK/complexes"
-    log "complex 'small' added (BOOL, FORCED: only jobs with -l small run in $SMALL_QUEUE)"
+    log "complexes added: ${added[*]} (small: only jobs with -l small run in $SMALL_QUEUE;" \
+        "gpu: per slot, gpuj: per job)"
+}
+
+configure_gpus() {
+    local want="gpu=$GPU_COUNT,gpuj=$GPU_COUNT"
+    [[ $(timeout 30 qconf -se "$SELF" | awk '$1 == "complex_values" {print $2}') == "$want" ]] \
+        && return 0
+    must qconf -mattr exechost complex_values "$want" "$SELF"
+    log "exec host $SELF: complex_values $want"
 }
 
 configure_queues() {
+    configure_complexes
+    configure_gpus
     configure_queue "$MAIN_QUEUE" "$SLOTS"
     if [[ -n $SMALL_QUEUE ]]; then
-        configure_small_complex
         configure_queue "$SMALL_QUEUE" "$SMALL_SLOTS" complex_values=small=TRUE
     fi
     # clear an error state a previous run may have left, re-enable if disabled
@@ -366,15 +392,17 @@ write_env_file() {
 export SGE_ROOT=$SGE_ROOT
 export SGE_CELL=$SGE_CELL
 export DRMAA_LIBRARY_PATH=$DRMAA_LIB
-# libdrmaa links libjemalloc, whose TLS does not fit glibc's default static TLS
-# surplus: without this, 'import drmaa' fails with "libjemalloc.so.2: cannot
-# allocate memory in static TLS block". Read at process start only. (2048 was
-# enough for python + drmaa alone; the margin is for processes that load more.)
-export GLIBC_TUNABLES=glibc.rtld.optional_static_tls=1000000
+# No GLIBC_TUNABLES here: libdrmaa links libjemalloc, whose TLS does not fit glibc's
+# default static TLS surplus ('import drmaa' fails with "libjemalloc.so.2: cannot
+# allocate memory in static TLS block" unless the process starts with
+# GLIBC_TUNABLES=glibc.rtld.optional_static_tls=1000000); mxbatch's DRMAA helper
+# process sets it for itself, and jobs must not inherit it.
 # what sge-up.sh built
 export MXBATCH_SGE_QUEUE=$MAIN_QUEUE MXBATCH_SGE_SLOTS=$SLOTS MXBATCH_SGE_PE=smp
 export MXBATCH_SGE_SMALL_QUEUE=$SMALL_QUEUE MXBATCH_SGE_SMALL_SLOTS=${SMALL_QUEUE:+$SMALL_SLOTS}
 export MXBATCH_SGE_SMALL_REQUEST="${SMALL_QUEUE:+-l small}"
+# consumables on this host: gpu (per slot), gpuj (per job), $GPU_COUNT of each
+export MXBATCH_SGE_GPUS=$GPU_COUNT
 EOF
     log "wrote $ENV_FILE"
 }
