@@ -5,7 +5,10 @@ a short-lived helper (``python -m mxbatch.backends.drmaa OP``, JSON on stdin and
 stdout) whose environment carries what the library needs. Debian's SGE
 libdrmaa links libjemalloc, which fails to load ("cannot allocate memory in
 static TLS block") unless the process *starts* with a larger static TLS
-surplus (``GLIBC_TUNABLES``): the helper gets it, so users never see it.
+surplus (``GLIBC_TUNABLES``): the helper gets it, so users never see it. Once the
+session is up, the helper puts back the submitting environment (without what it
+added for itself) before it submits: SGE's ``-V`` and slurm-drmaa (which always
+passes the submitting process's environment on) copy it into every task.
 
 Job templates are built here from plain data (``TemplateSpec``), so their
 construction is unit-tested without a DRMAA library.
@@ -42,6 +45,8 @@ class TemplateSpec:
     working_directory: str
     count: int
     join_files: bool = True
+    #: variables every task gets (the DRMAA job environment)
+    environment: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def library_candidates(environ: Mapping[str, str]) -> List[str]:
@@ -69,25 +74,28 @@ def python_binding_available() -> bool:
     return importlib.util.find_spec("drmaa") is not None
 
 
-def helper_environment(environ: Mapping[str, str], library: str,
-                       extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+def helper_environment(environ: Mapping[str, str], library: str) -> Dict[str, str]:
+    """The helper's environment: ``environ`` plus the library's path and the TLS tunable."""
     env = dict(environ)
     env["DRMAA_LIBRARY_PATH"] = library
     tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":")
                 if t and not t.startswith("glibc.rtld.optional_static_tls=")]
     env["GLIBC_TUNABLES"] = ":".join(tunables + [STATIC_TLS_TUNABLE])
-    env.update(extra or {})
     return env
 
 
 class DrmaaClient:
-    """Runs DRMAA operations through the helper process."""
+    """Runs DRMAA operations through the helper process.
 
-    def __init__(self, library: str, scheduler: str, env_extra: Optional[Mapping[str, str]] = None
-                 ) -> None:
+    ``environ``: the submitting environment, what the jobs see of it (``-V``); the
+    helper process runs with it plus what the library needs (``helper_environment``).
+    """
+
+    def __init__(self, library: str, scheduler: str, environ: Mapping[str, str]) -> None:
         self.library = library
         self.scheduler = scheduler
-        self.env = helper_environment(os.environ, library, env_extra)
+        self.environ = dict(environ)
+        self.env = helper_environment(environ, library)
 
     def _call(self, operation: str, payload: dict) -> dict:
         try:
@@ -115,7 +123,8 @@ class DrmaaClient:
 
     def submit(self, templates: Sequence[TemplateSpec]) -> List[List[str]]:
         """Submit every template (all or nothing); job ids per template."""
-        answer = self._call("submit", {"templates": [dataclasses.asdict(t) for t in templates]})
+        answer = self._call("submit", {"templates": [dataclasses.asdict(t) for t in templates],
+                                       "environ": self.environ})
         return answer["job_ids"]
 
     def terminate(self, job_ids: Sequence[str]) -> None:
@@ -125,8 +134,17 @@ class DrmaaClient:
 # ------------------------------------------------------------------ helper process side
 
 
+def use_environment(environ: Mapping[str, str]) -> None:
+    """Make this process's environment exactly ``environ`` (the C library's too: what
+    the DRMAA library copies into jobs when it submits)."""
+    os.environ.clear()
+    os.environ.update(environ)
+
+
 def _submit(session, drmaa, payload: dict) -> dict:
     submitted: List[List[str]] = []
+    if "environ" in payload:
+        use_environment(payload["environ"])
     try:
         for spec in payload["templates"]:
             template = session.createJobTemplate()
@@ -138,6 +156,8 @@ def _submit(session, drmaa, payload: dict) -> dict:
                 template.outputPath = spec["output_path"]
                 template.joinFiles = spec["join_files"]
                 template.workingDirectory = spec["working_directory"]
+                if spec["environment"]:
+                    template.jobEnvironment = spec["environment"]
                 ids = session.runBulkJobs(template, 1, spec["count"], 1)
             finally:
                 session.deleteJobTemplate(template)

@@ -1,10 +1,17 @@
 """SGE backend (Son of Grid Engine, Univa/Altair GE): one array job per role group.
 
 Submitted through DRMAA ``runBulkJobs`` when a DRMAA library and the ``drmaa``
-package are available (``submitter: drmaa``), else ``qsub -t 1-N`` of a job
-script rendered from ``jobscripts/sge.sh`` (``submitter: qsub``). Status comes
-from ``qstat -xml`` for both (a later CLI process has no DRMAA session), cancel
+package are available (``submitter: drmaa``), else ``qsub -wd RUN_DIR -t 1-N`` of a
+job script rendered from ``jobscripts/sge.sh`` (``submitter: qsub``). Status comes
+from ``qstat -xml`` for both (a later CLI process has no DRMAA session; a task in
+the error state ``Eqw`` fails the job with the reason ``qstat -j`` gives), cancel
 from DRMAA terminate or ``qdel``.
+
+Quoting (Son of Grid Engine 8.1.9, measured): a ``#$`` line is split at blanks
+outside quotes and then loses every ' and "; there is no escape. So the run directory
+goes on qsub's command line (any path works there) and output paths are relative to
+it; other values are double-quoted when they have blanks, and a quote character in
+them is a spec error. DRMAA's native specification keeps a ' inside double quotes.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from ..plan import JobPlan
 from ..runtime.layout import RunLayout
 from ..runtime.planfile import RunPlan
 from ..runtime.roles import Role
-from ..status import NativeState, TaskKey
+from ..status import NativeState
 from ..typed import option
 from ..units import format_duration
 from . import drmaa as drmaa_glue
@@ -32,30 +39,52 @@ from .batch import (
     BatchBackend,
     BatchRequest,
     Directive,
+    NativeView,
     RoleGroup,
+    Unrepresentable,
     job_name,
     native_directives,
     parse_task_ranges,
+    relative_to_run_dir,
+    role_groups,
 )
 
 QSUB_JOB_ID = re.compile(r"^(?P<job_id>\d+)(?:\.\d+-\d+:\d+)?\s*$", re.MULTILINE)
-QMASTER_DOWN = re.compile(r"unable to contact qmaster|commlib error|can't (?:find|read) "
-                          r"act_qmaster|cell directory .* doesn't exist", re.IGNORECASE)
+#: qsub/qstat/qdel output that means the cell cannot be reached or is not set up here
+QMASTER_DOWN = re.compile(r"unable to contact qmaster|unable to send message to qmaster|"
+                          r"commlib error|can't (?:find|read) act_qmaster|"
+                          r"unable to read qmaster name|SGE_ROOT directory .* doesn't exist|"
+                          r"cell directory .* doesn't exist|Unable to initialize environment",
+                          re.IGNORECASE)
+#: an error reason of ``qstat -j``: ``error reason    1:      <date> [..]: error: ...``
+ERROR_REASON = re.compile(r"^error reason\s+(?P<task>\d+):\s+(?P<reason>.*\S)\s*$", re.MULTILINE)
 
 #: SGE state letters -> what the queue says of a task (first match wins)
 NATIVE_STATES: Tuple[Tuple[str, NativeState], ...] = (
-    ("E", NativeState.GONE),      # error state: it will never run; treated as lost
+    ("E", NativeState.QUEUED),    # error state: queued, never starts until qmod -cj or qdel
     ("d", NativeState.ACTIVE),    # being deleted
     ("r", NativeState.ACTIVE), ("t", NativeState.ACTIVE), ("s", NativeState.ACTIVE),
     ("S", NativeState.ACTIVE), ("T", NativeState.ACTIVE),
     ("q", NativeState.QUEUED), ("h", NativeState.QUEUED), ("w", NativeState.QUEUED),
 )
+#: directive-parser characters (Son of Grid Engine 8.1.9, measured): a job script's
+#: ``#$`` line is split at blanks outside quotes, then every ' and " is removed; no escapes
+SCRIPT_QUOTES = "'\""
+#: a token needs quoting when it has one of these (blanks, or nothing at all)
+_NEEDS_QUOTES = re.compile(r"[\s]|^$")
 
 
 class Submitter(str, enum.Enum):
     AUTO = "auto"
     DRMAA = drmaa_glue.SUBMITTER
     QSUB = "qsub"
+
+
+class GpuConsumable(str, enum.Enum):
+    """How the site's GPU complex is debited (``qconf -sc``, column consumable)."""
+
+    SLOT = "slot"    # YES: per slot, so SGE multiplies the request by the role's cpus
+    JOB = "job"      # JOB: once per job, as requested
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +98,10 @@ class SgeOptions:
     project: Optional[str] = option(None, "the project (-P)")
     memory_resource: str = option("h_vmem", "the per-slot memory resource (-l NAME=...)")
     gpu_resource: str = option("gpu", "the GPU consumable (-l NAME=N)")
+    gpu_consumable: GpuConsumable = option(
+        GpuConsumable.SLOT, "how the gpu_resource complex is debited: slot (consumable YES: "
+        "per slot, so a role asks for gpus/cpus per slot, which must divide) or job "
+        "(consumable JOB: once per job)")
     native: Tuple[str, ...] = option((), "more qsub options, passed last and unchanged")
 
 
@@ -87,6 +120,11 @@ def native_state(letters: str) -> NativeState:
     return NativeState.UNKNOWN
 
 
+def in_error_state(letters: str) -> bool:
+    """``Eqw``: SGE could not start the task and holds it until someone clears or deletes it."""
+    return "E" in letters
+
+
 def parse_qstat_xml(text: str) -> Dict[Tuple[str, int], str]:
     """``{(job number, task id): state letters}`` from ``qstat -xml -g d``."""
     states: Dict[Tuple[str, int], str] = {}
@@ -100,6 +138,29 @@ def parse_qstat_xml(text: str) -> Dict[Tuple[str, int], str]:
     return states
 
 
+def parse_error_reasons(text: str) -> Dict[int, str]:
+    """``{task id: reason}`` from ``qstat -j JOB`` (tasks in the error state)."""
+    return {int(m.group("task")): m.group("reason") for m in ERROR_REASON.finditer(text)}
+
+
+def script_token(token: str) -> str:
+    """One token of a ``#$`` line: in double quotes if it has blanks; a quote character
+    cannot be written at all (SGE's parser removes every one)."""
+    if any(c in token for c in SCRIPT_QUOTES) or "\n" in token:
+        raise Unrepresentable("SGE's job-script parser removes every ' and \" and ends a "
+                              "directive at a newline (Son of Grid Engine 8.1.9)")
+    return f'"{token}"' if _NEEDS_QUOTES.search(token) else token
+
+
+def drmaa_token(token: str) -> str:
+    """One token of SGE's DRMAA native specification: in double quotes if it has blanks
+    or a ' (kept inside them); a " cannot be written (measured, libdrmaa 8.1.9)."""
+    if '"' in token or "\n" in token:
+        raise Unrepresentable("SGE's DRMAA native specification cannot carry a \" or a "
+                              "newline")
+    return f'"{token}"' if _NEEDS_QUOTES.search(token) or "'" in token else token
+
+
 class SgeBackend(BatchBackend[SgeHandle]):
     name = "sge"
     script_template = "sge.sh"
@@ -111,7 +172,6 @@ class SgeBackend(BatchBackend[SgeHandle]):
     scheduler = "SGE"
     daemon = "SGE qmaster"
     unreachable = QMASTER_DOWN
-    unreachable_hint = "is sge_qmaster running? see $SGE_ROOT/$SGE_CELL/common/act_qmaster"
     rejection_hint = ("check backends.sge (queue, pe, project, native) against `qconf -sql`, "
                       "`qconf -spl`")
     job_id_pattern = QSUB_JOB_ID
@@ -138,6 +198,20 @@ class SgeBackend(BatchBackend[SgeHandle]):
             env["SGE_ROOT"] = "/var/lib/gridengine"  # Debian's layout
         return env
 
+    def unreachable_hint(self) -> str:
+        env = self._environ()
+        return (f"is sge_qmaster running, and is this its cell? SGE_ROOT="
+                f"{env.get('SGE_ROOT') or '(unset)'}, SGE_CELL={env.get('SGE_CELL') or 'default'}"
+                " must name the cell (source $SGE_ROOT/$SGE_CELL/common/settings.sh); "
+                "$SGE_ROOT/$SGE_CELL/common/act_qmaster names the qmaster host")
+
+    def check(self, plan: JobPlan) -> None:
+        """GPU requests SGE can debit as asked (see ``gpu_request``), and values every
+        directive parser can carry."""
+        for group in role_groups(plan.run):
+            self.gpu_request(plan, group)
+        super().check(plan)
+
     def check_environment(self) -> None:
         env = self._environ()
         if not env.get("SGE_ROOT"):
@@ -162,23 +236,56 @@ class SgeBackend(BatchBackend[SgeHandle]):
                                          "(gridengine-client) or fix PATH")
 
     # ------------------------------------------------------------------ rendering
-    def resource_directives(self, group: RoleGroup) -> List[Directive]:
+    def script_token(self, token: str) -> str:
+        return script_token(token)
+
+    def drmaa_token(self, token: str) -> str:
+        return drmaa_token(token)
+
+    def gpu_request(self, plan: JobPlan, group: RoleGroup) -> Optional[int]:
+        """The value of ``-l <gpu_resource>=N`` for one task of ``group`` (None: no GPUs).
+
+        SGE debits a consumable complex (consumable YES) once per slot, and a role gets
+        ``cpus`` slots (``-pe``): so its request is gpus/cpus per slot, and a spec error
+        when cpus does not divide gpus. A JOB consumable is debited once, as asked.
+        """
+        task = group.first
+        if not task.gpus:
+            return None
+        if self.options.gpu_consumable is GpuConsumable.JOB or task.cpus == 1:
+            return task.gpus
+        if task.gpus % task.cpus:
+            raise plan.spec.error(
+                ("roles", group.role.value, "resources", "gpus"),
+                f"{task.gpus} GPUs cannot be requested from SGE for a role with cpus "
+                f"{task.cpus}: SGE multiplies a per-slot consumable by the role's "
+                f"{task.cpus} slots (-pe {self.options.pe} {task.cpus})",
+                f"ask for a multiple of {task.cpus} GPUs (each slot gets gpus/cpus), or set "
+                "backends.sge.gpu_consumable: job if the site's "
+                f"{self.options.gpu_resource} complex is consumable JOB (qconf -sc)")
+        return task.gpus // task.cpus
+
+    def resource_directives(self, plan: JobPlan, group: RoleGroup) -> List[Directive]:
         task = group.first
         options = self.options
+        sge = ("backends", "sge")
         result = []
         if task.cpus > 1:
-            result.append(Directive("-pe", (options.pe, str(task.cpus))))
+            result.append(Directive("-pe", (options.pe, str(task.cpus)), source=(*sge, "pe")))
         if task.memory_mib:
             per_slot = -(-task.memory_mib // task.cpus)
-            result.append(Directive("-l", (f"{options.memory_resource}={per_slot}M",)))
-        if task.gpus:
-            result.append(Directive("-l", (f"{options.gpu_resource}={task.gpus}",)))
+            result.append(Directive("-l", (f"{options.memory_resource}={per_slot}M",),
+                                    source=(*sge, "memory_resource")))
+        gpus = self.gpu_request(plan, group)
+        if gpus:
+            result.append(Directive("-l", (f"{options.gpu_resource}={gpus}",),
+                                    source=(*sge, "gpu_resource")))
         if task.walltime_s:
             result.append(Directive("-l", (f"h_rt={format_duration(task.walltime_s)}",)))
         if options.queue:
-            result.append(Directive("-q", (options.queue,)))
+            result.append(Directive("-q", (options.queue,), source=(*sge, "queue")))
         if options.project:
-            result.append(Directive("-P", (options.project,)))
+            result.append(Directive("-P", (options.project,), source=(*sge, "project")))
         return result
 
     def common_directives(self, plan: JobPlan) -> List[Directive]:
@@ -186,18 +293,19 @@ class SgeBackend(BatchBackend[SgeHandle]):
         return env + [Directive("-S", ("/bin/sh",)), Directive("-w", ("e",))]
 
     def directives(self, plan: JobPlan, group: RoleGroup) -> List[Directive]:
-        """Everything, as the qsub job script carries it."""
+        """Everything the qsub job script carries (the run directory is given as -wd on
+        qsub's command line; -o is relative to it)."""
+        output = relative_to_run_dir(plan, self.output_path(plan, group, "$TASK_ID"))
         return ([Directive("-N", (job_name(plan, group.role),)),
                  Directive("-t", (f"1-{group.count}",)),
-                 Directive("-wd", (plan.run.run_dir,)),
-                 Directive("-o", (self.output_path(plan, group, "$TASK_ID"),)),
+                 Directive("-o", (output,)),
                  Directive("-j", ("y",))]
-                + self.common_directives(plan) + self.resource_directives(group)
-                + native_directives(self.options.native))
+                + self.common_directives(plan) + self.resource_directives(plan, group)
+                + native_directives(self.options.native, ("backends", "sge", "native")))
 
     def native_specification(self, plan: JobPlan, group: RoleGroup) -> List[Directive]:
-        return (self.common_directives(plan) + self.resource_directives(group)
-                + native_directives(self.options.native))
+        return (self.common_directives(plan) + self.resource_directives(plan, group)
+                + native_directives(self.options.native, ("backends", "sge", "native")))
 
     # ------------------------------------------------------------------ submitting
     def launch(self, request: BatchRequest, layout: RunLayout,
@@ -207,42 +315,54 @@ class SgeBackend(BatchBackend[SgeHandle]):
             job_ids = self.submit_drmaa(request, rollback)
         else:
             job_ids = {Role(name): job_id for name, job_id
-                       in self.submit_scripts(request, layout, rollback).items()}
+                       in self.submit_scripts(request, rollback).items()}
         return SgeHandle(submitter=submitter, job_ids=job_ids)
 
-    def submit_argv(self, script: Path) -> List[str]:
-        return ["qsub", "-terse", str(script)]
+    def submit_argv(self, plan: JobPlan, script: str) -> List[str]:
+        """qsub, with the run directory as -wd here: qsub's command line takes any path,
+        a ``#$`` line does not."""
+        return ["qsub", "-terse", "-wd", plan.run.run_dir, script]
 
     def drmaa_client(self) -> drmaa_glue.DrmaaClient:
         env = self._environ()
         library = drmaa_glue.find_library(env)
         if library is None:
             raise BackendUnavailable("no DRMAA library found; set DRMAA_LIBRARY_PATH")
-        return drmaa_glue.DrmaaClient(library, "SGE", {"SGE_ROOT": env["SGE_ROOT"]})
+        return drmaa_glue.DrmaaClient(library, "SGE", env)
 
     def drmaa_job_number(self, task_ids: Sequence[str]) -> str:
         """``["12.1", "12.2"]`` -> ``"12"``."""
         return task_ids[0].split(".")[0]
 
     # ------------------------------------------------------------------ watching
-    def native_states(self, handle: SgeHandle, run: RunPlan
-                      ) -> Tuple[Dict[TaskKey, NativeState], Dict[TaskKey, str]]:
+    def native_view(self, handle: SgeHandle, run: RunPlan) -> NativeView:
         result = self.run_command(["qstat", "-xml", "-g", "d", "-u", "*"], timeout=30)
         try:
             queue = parse_qstat_xml(result.stdout)
         except ElementTree.ParseError as exc:
             raise BackendUnavailable(f"cannot parse qstat output: {exc}") from None
-        native, ids = {}, {}
+        view = NativeView(states={}, ids={})
+        reasons: Dict[str, Dict[int, str]] = {}
         for task in run.tasks:
             number = handle.job_ids.get(task.role)
             key = (task.role, task.rank)
             if number is None:
-                native[key] = NativeState.GONE
+                view.states[key] = NativeState.GONE
                 continue
             letters = queue.get((number, task.rank + 1))
-            native[key] = NativeState.GONE if letters is None else native_state(letters)
-            ids[key] = f"{number}.{task.rank + 1}"
-        return native, ids
+            view.states[key] = NativeState.GONE if letters is None else native_state(letters)
+            view.ids[key] = f"{number}.{task.rank + 1}"
+            if letters is not None and in_error_state(letters):
+                if number not in reasons:
+                    reasons[number] = self.error_reasons(number)
+                reason = reasons[number].get(task.rank + 1) or "no reason given"
+                view.held[key] = f"{letters}: {reason} (qstat -j {number})"
+        return view
+
+    def error_reasons(self, number: str) -> Dict[int, str]:
+        """Why SGE holds the tasks of job ``number`` in the error state (``qstat -j``)."""
+        result = self.run_command(["qstat", "-j", number], timeout=30, check=False)
+        return parse_error_reasons(result.stdout)
 
     def delete(self, handle: SgeHandle, force: bool = False) -> None:
         job_ids = list(handle.job_ids.values())
