@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import types
+
 import pytest
 
 from mxbatch.backends import drmaa as drmaa_glue
@@ -68,3 +72,44 @@ def test_slurm_drmaa_needs_an_explicit_library(monkeypatch):
     monkeypatch.delenv("DRMAA_LIBRARY_PATH", raising=False)
     with pytest.raises(BackendUnavailable, match="DRMAA_LIBRARY_PATH"):
         SlurmBackend(SlurmOptions(submitter=SlurmSubmitter.DRMAA)).check_environment()
+
+
+class FakeSession:
+    """What ``_submit`` uses of a DRMAA session; records the environment at submit time."""
+
+    def __init__(self) -> None:
+        self.environ_at_submit = None
+        self.template = None
+
+    def createJobTemplate(self):
+        return types.SimpleNamespace()
+
+    def deleteJobTemplate(self, template):
+        pass
+
+    def runBulkJobs(self, template, first, last, step):
+        self.environ_at_submit = dict(os.environ)
+        self.template = template
+        return [f"7.{i}" for i in range(first, last + 1)]
+
+
+def test_the_helper_submits_with_the_submitting_environment(monkeypatch):
+    """The helper runs with GLIBC_TUNABLES/DRMAA_LIBRARY_PATH for the library, but the
+    jobs (-V, slurm-drmaa) must see the submitting environment, not the helper's."""
+    submitting = {"PATH": "/usr/bin", "HOME": "/root", "KEEP": "me"}
+    client = drmaa_glue.DrmaaClient("/lib/libdrmaa.so", "SGE", submitting)
+    assert client.env["GLIBC_TUNABLES"].endswith(drmaa_glue.STATIC_TLS_TUNABLE)
+    spec = drmaa_glue.TemplateSpec(remote_command="/bin/true", args=[], job_name="j", native="",
+                                   output_path=":out", working_directory="/tmp", count=2,
+                                   environment={"MXBATCH_JOB_ID": "j-1"})
+    session = FakeSession()
+    saved = dict(os.environ)
+    try:
+        os.environ.update(client.env)  # as the helper process starts
+        answer = drmaa_glue._submit(session, None, {"templates": [dataclasses.asdict(spec)],
+                                                    "environ": client.environ})
+    finally:
+        drmaa_glue.use_environment(saved)
+    assert answer == {"job_ids": [["7.1", "7.2"]]}
+    assert session.environ_at_submit == submitting
+    assert session.template.jobEnvironment == {"MXBATCH_JOB_ID": "j-1"}

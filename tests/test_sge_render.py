@@ -144,7 +144,7 @@ def test_gpus_that_the_slots_do_not_divide_are_a_spec_error(tmp_path, cli):
 
 # --- quoting (what Son of Grid Engine 8.1.9's parsers do, measured: see sge.py)
 
-ODD = "/shared/a b'c\"d$HOME,e:f"
+ODD = "/shared/a b'c\"d$e,f:g"
 
 
 def test_any_run_directory_works_qsub_and_drmaa(tmp_path):
@@ -158,6 +158,13 @@ def test_any_run_directory_works_qsub_and_drmaa(tmp_path):
     template = backend.template(plan, group(plan, "worker"))
     assert template.working_directory == run_dir
     assert template.args[2] == run_dir
+
+
+def test_a_run_directory_with_what_sge_substitutes_is_a_spec_error(tmp_path):
+    with pytest.raises(SpecError) as error:
+        golden_plan(tmp_path, runs="/shared/$HOME/runs")
+    assert re.search(r"golden\.yaml:\d+: rendezvous\.dir: '/shared/\$HOME/runs/golden-00000001'"
+                     r" has \$HOME, which SGE replaces", str(error.value))
 
 
 def test_native_values_with_blanks_are_double_quoted(tmp_path):

@@ -1,16 +1,28 @@
-"""Real MXNet jobs through the real Slurm test cluster (ci/clusters/slurm-up.sh): arrays and
-a heterogeneous job, a crashing worker, a starved partition, cancel, a rejected partition."""
+"""Real MXNet jobs through the real Slurm test cluster (ci/clusters/slurm-up.sh: a slurmd in
+each namespace test host, so tasks run on distinct IPs): arrays and a heterogeneous job, the
+addresses roles advertise, a crashing worker, a starved partition, cancel, a rejected
+partition. Durations come from the job's own records (a loaded machine)."""
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from .clusterjobs import example_spec, wait_queue_empty
+from .clusterjobs import (
+    NEVER_RAN,
+    abort_record,
+    assert_ends_soon_after_abort,
+    created_at,
+    example_spec,
+    run_dir_of,
+    task_records,
+    wait_queue_empty,
+)
 from .conftest import Cli, assert_no_processes, cluster_environment, wait_for
 from .test_mxnet_local import assert_trained
 
@@ -23,9 +35,10 @@ def slurm(home) -> Cli:
 
 
 def spec_file(tmp_path: Path, options: str = "", *, name: str = "slurm-mlp",
-              startup: str = "5m") -> Path:
+              startup: str = "5m", command: str = "") -> Path:
     # the test nodes advertise 4096 MB: ask for 1G per task
-    return example_spec(tmp_path, "slurm", options, name=name, startup=startup, memory="1G")
+    return example_spec(tmp_path, "slurm", options, name=name, startup=startup, memory="1G",
+                        command=command)
 
 
 def queued_jobs(cli: Cli, job: str) -> list:
@@ -57,7 +70,41 @@ def test_example_job_runs_on_slurm_across_nodes(slurm, tmp_path, het):
     job = result.stdout.split()[0]
     assert slurm.status(job)["state"] == "SUCCEEDED"
     assert len(nodes_used(slurm, job)) >= 2
-    wait_queue_empty(lambda: queued_jobs(slurm, job), job, 5)
+    wait_queue_empty(lambda: queued_jobs(slurm, job), job, 30)
+    assert_no_processes(job)
+
+
+#: prints the address the role advertises, then runs the example's training
+SHOW_NODE_HOST = ("[sh, -c, 'echo \"node host: $DMLC_NODE_HOST\"; "
+                  "exec python3 train_mlp.py --kvstore dist_sync']")
+
+
+def test_roles_advertise_their_own_host_addresses(slurm, tmp_path):
+    """Each slurmd is a test host with its own address and no default route: the
+    scheduler advertises its host's address, servers and workers theirs (DMLC_NODE_HOST),
+    and the job trains across at least two of them."""
+    spec = spec_file(tmp_path, name="slurm-addr", command=SHOW_NODE_HOST)
+    result = slurm.run("submit", "--backend", "slurm", "--wait", str(spec), env={"EPOCHS": "2"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_trained(result.stdout)
+    job = result.stdout.split()[0]
+    run_dir = run_dir_of(slurm, job)
+    subnet = ipaddress.ip_network(cluster_environment("hosts")["MXBATCH_TEST_SUBNET"])
+    advertised = {}
+    for log in (run_dir / "logs").glob("*-[0-9].log"):
+        if log.name.startswith("scheduler"):
+            continue
+        found = re.findall(r"^node host: (\S+)$", log.read_text(), re.MULTILINE)
+        assert found, f"{log} does not say its address"
+        advertised[log.stem] = found[-1]
+    assert len(advertised) == 4, advertised
+    assert all(ipaddress.ip_address(a) in subnet for a in advertised.values()), advertised
+    assert len(set(advertised.values())) >= 2, advertised
+    scheduler = json.loads((run_dir / "scheduler.json").read_text())
+    assert ipaddress.ip_address(scheduler["ip"]) in subnet, scheduler
+    hosts = {r["host"] for r in task_records(run_dir)}
+    assert len(hosts) >= 2 and hosts <= {"mxbh1", "mxbh2", "mxbh3"}, hosts
+    wait_queue_empty(lambda: queued_jobs(slurm, job), job, 30)
     assert_no_processes(job)
 
 
@@ -65,28 +112,33 @@ def test_worker_crash_aborts_the_slurm_job(slurm, tmp_path):
     spec = spec_file(tmp_path, name="slurm-crash")
     env = {"CRASH_RANK": "1", "CRASH_AFTER_STEPS": "20", "STEP_SLEEP": "0.02", "EPOCHS": "50"}
     result = slurm.run("submit", "--backend", "slurm", "--wait", str(spec), env=env)
-    ended = time.time()
     assert result.returncode == 1
     assert re.search(r"FAILED: worker\[\d\] exited with code 1", result.stderr)
     assert re.search(r"see the log: \S+/logs/worker-\d\.log", result.stderr)
     job = result.stdout.split()[0]
-    wait_queue_empty(lambda: queued_jobs(slurm, job), job, max(0.0, 20 - (time.time() - ended)))
+    assert_ends_soon_after_abort(run_dir_of(slurm, job))
+    wait_queue_empty(lambda: queued_jobs(slurm, job), job, 30)
     assert_no_processes(job)
 
 
 def test_starved_partition_hits_the_startup_deadline(slurm, tmp_path):
     # partition tiny is one node with 1 CPU: 4 of the 5 tasks never start
     spec = spec_file(tmp_path, "partition: tiny", name="slurm-starved", startup="20s")
-    started = time.time()
     result = slurm.run("submit", "--backend", "slurm", "--wait", str(spec))
-    elapsed = time.time() - started
     assert result.returncode == 1
-    assert "startup deadline (20s) passed" in result.stderr
-    assert re.search(r"never started: .*worker\[0\], worker\[1\]", result.stderr)
-    assert elapsed < 20 + 5 + 5
+    assert "startup deadline (20s)" in result.stderr
     job = result.stdout.split()[0]
-    wait_queue_empty(lambda: queued_jobs(slurm, job), job, 5)
-    assert slurm.status(job)["state"] == "FAILED"
+    run_dir = run_dir_of(slurm, job)
+    abort = abort_record(run_dir)
+    # the deadline is checked every second by supervisors and `wait`: by the records
+    assert abort["kind"] == "FAILED" and "startup deadline (20s)" in abort["reason"]
+    assert abort["at"] - created_at(run_dir) < 20 + 10
+    wait_queue_empty(lambda: queued_jobs(slurm, job), job, 30)
+    status = slurm.status(job)
+    assert status["state"] == "FAILED"
+    # queued tasks that start after the abort exit at once ("not started: job aborted")
+    never = [t["role"] for t in status["tasks"] if t["note"].startswith(NEVER_RAN)]
+    assert len(never) == 4, status["tasks"]
     assert_no_processes(job)
 
 
@@ -94,7 +146,7 @@ def test_cancel_running_slurm_job(slurm, tmp_path):
     spec = spec_file(tmp_path, name="slurm-cancel")
     job = slurm.submit(spec, "--backend", "slurm", env={"STEP_SLEEP": "0.05", "EPOCHS": "100"})
     log = slurm.home / "runs" / job / "logs" / "worker-0.log"
-    wait_for(lambda: log.exists() and "first step" in log.read_text(), 90, "training")
+    wait_for(lambda: log.exists() and "first step" in log.read_text(), 180, "training")
     result = slurm.run("cancel", job)
     assert result.returncode == 0, result.stderr
     assert not queued_jobs(slurm, job)

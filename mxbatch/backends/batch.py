@@ -450,7 +450,7 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
             status.state = JobState.FAILED
             status.reason = "; ".join(reasons)
             status.log = status.log or held[0].log or None
-            status.terminal = not any(t.state.active for t in status.tasks)
+            status.terminal = False  # over once the abort is recorded and the tasks deleted
         return status
 
     def await_stopped(self, record: JobRecord, handle: HandleT, run: RunPlan) -> None:

@@ -89,13 +89,16 @@ class DrmaaClient:
 
     ``environ``: the submitting environment, what the jobs see of it (``-V``); the
     helper process runs with it plus what the library needs (``helper_environment``).
+    ``unavailable_hint``: what to check when the library cannot reach the scheduler.
     """
 
-    def __init__(self, library: str, scheduler: str, environ: Mapping[str, str]) -> None:
+    def __init__(self, library: str, scheduler: str, environ: Mapping[str, str],
+                 unavailable_hint: str = "") -> None:
         self.library = library
         self.scheduler = scheduler
         self.environ = dict(environ)
         self.env = helper_environment(environ, library)
+        self.unavailable_hint = unavailable_hint
 
     def _call(self, operation: str, payload: dict) -> dict:
         try:
@@ -118,7 +121,7 @@ class DrmaaClient:
                                          "check the backend options and native "
                                          "specification (nothing was left queued)")
             raise BackendUnavailable(f"DRMAA ({self.library}) failed: {kind}: {message}\n"
-                                     "is the cluster up and SGE_ROOT/SGE_CELL right?")
+                                     + (self.unavailable_hint or "is the cluster up?"))
         return answer
 
     def submit(self, templates: Sequence[TemplateSpec]) -> List[List[str]]:

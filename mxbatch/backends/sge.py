@@ -12,6 +12,8 @@ outside quotes and then loses every ' and "; there is no escape. So the run dire
 goes on qsub's command line (any path works there) and output paths are relative to
 it; other values are double-quoted when they have blanks, and a quote character in
 them is a spec error. DRMAA's native specification keeps a ' inside double quotes.
+SGE replaces $HOME, $USER, $JOB_ID, $JOB_NAME, $HOSTNAME and $TASK_ID in the working
+directory and output paths, with no escape: a run directory with one is a spec error.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from ..units import format_duration
 from . import drmaa as drmaa_glue
 from .base import Handle, Rollback
 from .batch import (
+    RUN_DIR_SOURCE,
     BatchBackend,
     BatchRequest,
     Directive,
@@ -67,6 +70,9 @@ NATIVE_STATES: Tuple[Tuple[str, NativeState], ...] = (
     ("S", NativeState.ACTIVE), ("T", NativeState.ACTIVE),
     ("q", NativeState.QUEUED), ("h", NativeState.QUEUED), ("w", NativeState.QUEUED),
 )
+#: what SGE substitutes in a job's working directory and output paths (where a "$HOME"
+#: in a run directory's name became the home directory: measured, 8.1.9)
+PSEUDO_VARIABLES = re.compile(r"\$(?:HOME|USER|JOB_ID|JOB_NAME|HOSTNAME|TASK_ID)")
 #: directive-parser characters (Son of Grid Engine 8.1.9, measured): a job script's
 #: ``#$`` line is split at blanks outside quotes, then every ' and " is removed; no escapes
 SCRIPT_QUOTES = "'\""
@@ -210,6 +216,13 @@ class SgeBackend(BatchBackend[SgeHandle]):
         directive parser can carry."""
         for group in role_groups(plan.run):
             self.gpu_request(plan, group)
+        pseudo = PSEUDO_VARIABLES.search(plan.run.run_dir)
+        if pseudo:
+            raise plan.spec.error(
+                RUN_DIR_SOURCE, f"{plan.run.run_dir!r} has {pseudo.group(0)}, which SGE "
+                "replaces in a job's working directory and output paths",
+                "choose a run directory without $HOME, $USER, $JOB_ID, $JOB_NAME, "
+                "$HOSTNAME or $TASK_ID in its name")
         super().check(plan)
 
     def check_environment(self) -> None:
@@ -328,7 +341,7 @@ class SgeBackend(BatchBackend[SgeHandle]):
         library = drmaa_glue.find_library(env)
         if library is None:
             raise BackendUnavailable("no DRMAA library found; set DRMAA_LIBRARY_PATH")
-        return drmaa_glue.DrmaaClient(library, "SGE", env)
+        return drmaa_glue.DrmaaClient(library, "SGE", env, self.unreachable_hint())
 
     def drmaa_job_number(self, task_ids: Sequence[str]) -> str:
         """``["12.1", "12.2"]`` -> ``"12"``."""

@@ -395,7 +395,7 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
 
     def drmaa_client(self) -> drmaa_glue.DrmaaClient:
         return drmaa_glue.DrmaaClient(os.environ["DRMAA_LIBRARY_PATH"], "Slurm",
-                                      dict(os.environ))
+                                      dict(os.environ), self.unreachable_hint())
 
     def drmaa_job_number(self, task_ids: Sequence[str]) -> str:
         """``["12_1", "12_2"]`` -> ``"12"``."""
