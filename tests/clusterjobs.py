@@ -6,6 +6,7 @@ from the wall clock of a loaded machine)."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
@@ -106,6 +107,21 @@ def supervisor_environ(run_dir: Path, role: str, rank: int) -> Dict[str, str]:
     return process_environ(pid)
 
 
+def assert_job_environment(tmp_path: Path, run_dir: Path, job: str, rank: int
+                           ) -> Dict[str, str]:
+    """worker[rank] of a running ``fake_spec`` job, and the supervisors of the scheduler and
+    of that worker, carry ``MXBATCH_JOB_ID=job`` and none of the DRMAA helper's own
+    variables; returns the worker's environment."""
+    env = role_env(tmp_path, rank)
+    assert env["MXBATCH_JOB_ID"] == job
+    assert not [name for name in HELPER_ONLY if name in env]
+    for role, task_rank in (("scheduler", 0), ("worker", rank)):
+        supervisor = supervisor_environ(run_dir, role, task_rank)
+        assert supervisor.get("MXBATCH_JOB_ID") == job, (role, sorted(supervisor))
+        assert not [name for name in HELPER_ONLY if name in supervisor]
+    return env
+
+
 def run_dir_of(cli: Cli, job: str) -> Path:
     """The job's run directory, from its job record."""
     return Path(json.loads((cli.home / "jobs" / f"{job}.json").read_text())["run_dir"])
@@ -148,3 +164,25 @@ def assert_ends_soon_after_abort(run_dir: Path) -> dict:
     ended = [r["ended_at"] for r in task_records(run_dir) if r.get("ended_at")]
     assert ended and max(ended) - abort["at"] < TEARDOWN_S, (abort, ended)
     return abort
+
+
+def sge_queued(cli: Cli, job: str) -> List[str]:
+    """Lines of qstat that belong to ``job`` (its array jobs are named <job>-<role>)."""
+    out = subprocess.run(["qstat", "-u", "*", "-r"], capture_output=True, text=True,
+                         env=cli.env, check=True).stdout
+    return [line for line in out.splitlines() if job in line]
+
+
+def slurm_queued(cli: Cli, job: str) -> List[str]:
+    """Lines of squeue (every array task) that belong to ``job``."""
+    out = subprocess.run(["squeue", "--noheader", "--array", "--format", "%i %j %T"],
+                         capture_output=True, text=True, env=cli.env, check=True).stdout
+    return [line for line in out.splitlines() if job in line]
+
+
+def slurm_jobs(cli: Cli, job: str) -> List[str]:
+    """``scontrol show job`` lines (one per job, array task or component) of ``job``;
+    finished jobs stay visible (MinJobAge)."""
+    out = subprocess.run(["scontrol", "show", "job", "--oneliner"], capture_output=True,
+                         text=True, env=cli.env, check=True).stdout
+    return [line for line in out.splitlines() if f"JobName={job}" in line]

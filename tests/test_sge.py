@@ -5,7 +5,6 @@ a rejected native spec. Durations come from the job's own records (a loaded mach
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from .clusterjobs import (
     created_at,
     example_spec,
     run_dir_of,
+    sge_queued,
     wait_queue_empty,
 )
 from .conftest import Cli, assert_no_processes, cluster_environment, wait_for
@@ -39,15 +39,8 @@ def spec_file(tmp_path: Path, *, submitter: str, native: str = "", startup: str 
                         memory=memory)
 
 
-def queued_jobs(cli: Cli, job: str) -> list:
-    """Lines of qstat that belong to ``job`` (its array jobs are named <job>-<role>)."""
-    out = subprocess.run(["qstat", "-u", "*", "-r"], capture_output=True, text=True,
-                         env=cli.env, check=True).stdout
-    return [line for line in out.splitlines() if job in line]
-
-
 def assert_queue_empty(cli: Cli, job: str, timeout: float = 30.0) -> None:
-    wait_queue_empty(lambda: queued_jobs(cli, job), job, timeout)
+    wait_queue_empty(lambda: sge_queued(cli, job), job, timeout)
 
 
 @pytest.mark.parametrize("submitter", ["drmaa", "qsub"])
@@ -126,7 +119,7 @@ def test_cancel_running_sge_job(sge, tmp_path):
     wait_for(lambda: log.exists() and "first step" in log.read_text(), 180, "training")
     result = sge.run("cancel", job)
     assert result.returncode == 0, result.stderr
-    assert not queued_jobs(sge, job)
+    assert not sge_queued(sge, job)
     assert sge.status(job)["state"] == "CANCELLED"
     assert_no_processes(job)
     assert sge.run("cancel", job).returncode == 0
@@ -139,5 +132,5 @@ def test_rejected_native_spec_exits_2_with_sges_reason(sge, tmp_path, submitter)
     result = sge.run("submit", "--backend", "sge", str(spec))
     assert result.returncode == 2
     assert 'SGE rejected the job' in result.stderr and "nosuchqueue" in result.stderr
-    assert not queued_jobs(sge, f"sge-rejected-{submitter}")
+    assert not sge_queued(sge, f"sge-rejected-{submitter}")
     assert sge.run_dirs() == []

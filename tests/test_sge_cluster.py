@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import shutil
 import socket
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from .clusterjobs import (
-    HELPER_ONLY,
+    assert_job_environment,
     fake_spec,
-    role_env,
     run_dir_of,
-    supervisor_environ,
+    sge_queued,
     wait_queue_empty,
     without_helper_variables,
 )
@@ -34,12 +32,6 @@ def sge(home) -> Cli:
     return Cli(home, cluster_environment("sge"))
 
 
-def queued_jobs(cli: Cli, job: str) -> list:
-    out = subprocess.run(["qstat", "-u", "*", "-r"], capture_output=True, text=True,
-                         env=cli.env, check=True).stdout
-    return [line for line in out.splitlines() if job in line]
-
-
 @pytest.mark.parametrize("submitter", ["qsub", "drmaa"])
 def test_odd_run_directory_job_ids_and_a_clean_environment(sge, tmp_path, submitter):
     """A job whose run directory has a blank, a ', a " and a $ runs; every supervisor
@@ -51,18 +43,12 @@ def test_odd_run_directory_job_ids_and_a_clean_environment(sge, tmp_path, submit
     job = cli.submit(spec, "--backend", "sge")
     run_dir = run_dir_of(cli, job)
     assert run_dir.parent.name == ODD_RUNS
-    env = role_env(tmp_path, 0)
-    assert env["MXBATCH_JOB_ID"] == job
-    assert not [name for name in HELPER_ONLY if name in env]
-    for role, rank in (("scheduler", 0), ("worker", 1)):
-        supervisor = supervisor_environ(run_dir, role, rank)
-        assert supervisor.get("MXBATCH_JOB_ID") == job, (role, sorted(supervisor))
-        assert not [name for name in HELPER_ONLY if name in supervisor]
+    assert_job_environment(tmp_path, run_dir, job, 1)
     result = cli.run("wait", job, "--timeout", "120")
     assert result.returncode == 0, result.stderr
     assert cli.status(job)["state"] == "SUCCEEDED"
     assert (run_dir / "logs" / "sge-worker.1.out").exists()
-    wait_queue_empty(lambda: queued_jobs(cli, job), job, 30)
+    wait_queue_empty(lambda: sge_queued(cli, job), job, 30)
     assert_no_processes(job)
 
 
@@ -75,12 +61,12 @@ def test_a_task_in_the_error_state_fails_the_job_and_cancel_removes_it(sge, tmp_
         sge.status(job)), 120, "the job to fail on SGE's error state")
     assert "held by SGE in an error state: Eqw" in status["reason"]
     assert "can't open output file \"/nonexistent-mxbatch/out\"" in status["reason"]
-    assert queued_jobs(sge, job), "the tasks in Eqw stay queued until deleted"
+    assert sge_queued(sge, job), "the tasks in Eqw stay queued until deleted"
     result = sge.run("status", job)
     assert result.returncode == 0 and "FAILED" in result.stdout
     result = sge.run("cancel", job)
     assert result.returncode == 0, result.stderr
-    assert not queued_jobs(sge, job)
+    assert not sge_queued(sge, job)
     assert sge.status(job)["state"] == "CANCELLED"
     assert_no_processes(job)
 
@@ -141,5 +127,5 @@ def test_launch_and_status_with_an_unreachable_cell_exit_3(sge, tmp_path):
     assert "SGE qmaster unreachable" in result.stderr and f"SGE_ROOT={bogus['SGE_ROOT']}" \
         in result.stderr
     assert sge.run("cancel", job).returncode == 0
-    assert not queued_jobs(sge, job)
+    assert not sge_queued(sge, job)
     assert_no_processes(job)

@@ -20,6 +20,8 @@ from .clusterjobs import (
     created_at,
     example_spec,
     run_dir_of,
+    slurm_jobs,
+    slurm_queued,
     task_records,
     wait_queue_empty,
 )
@@ -41,23 +43,14 @@ def spec_file(tmp_path: Path, options: str = "", *, name: str = "slurm-mlp",
                         command=command)
 
 
-def queued_jobs(cli: Cli, job: str) -> list:
-    out = subprocess.run(["squeue", "--noheader", "--array", "--format", "%i %j %T"],
-                         capture_output=True, text=True, env=cli.env, check=True).stdout
-    return [line for line in out.splitlines() if job in line]
-
-
 def nodes_used(cli: Cli, job: str) -> set:
-    """Node names Slurm ran the job's tasks on (finished jobs stay visible: MinJobAge)."""
-    out = subprocess.run(["scontrol", "show", "job", "--oneliner"], capture_output=True,
-                         text=True, env=cli.env, check=True).stdout
+    """Node names Slurm ran the job's tasks on."""
     nodes = set()
-    for line in out.splitlines():
-        if f"JobName={job}" in line:
-            listing = re.search(r" NodeList=(\S+)", line).group(1)
-            expanded = subprocess.run(["scontrol", "show", "hostnames", listing],
-                                      capture_output=True, text=True, env=cli.env).stdout
-            nodes.update(expanded.split())
+    for line in slurm_jobs(cli, job):
+        listing = re.search(r" NodeList=(\S+)", line).group(1)
+        expanded = subprocess.run(["scontrol", "show", "hostnames", listing],
+                                  capture_output=True, text=True, env=cli.env).stdout
+        nodes.update(expanded.split())
     return nodes
 
 
@@ -70,7 +63,7 @@ def test_example_job_runs_on_slurm_across_nodes(slurm, tmp_path, het):
     job = result.stdout.split()[0]
     assert slurm.status(job)["state"] == "SUCCEEDED"
     assert len(nodes_used(slurm, job)) >= 2
-    wait_queue_empty(lambda: queued_jobs(slurm, job), job, 30)
+    wait_queue_empty(lambda: slurm_queued(slurm, job), job, 30)
     assert_no_processes(job)
 
 
@@ -104,7 +97,7 @@ def test_roles_advertise_their_own_host_addresses(slurm, tmp_path):
     assert ipaddress.ip_address(scheduler["ip"]) in subnet, scheduler
     hosts = {r["host"] for r in task_records(run_dir)}
     assert len(hosts) >= 2 and hosts <= {"mxbh1", "mxbh2", "mxbh3"}, hosts
-    wait_queue_empty(lambda: queued_jobs(slurm, job), job, 30)
+    wait_queue_empty(lambda: slurm_queued(slurm, job), job, 30)
     assert_no_processes(job)
 
 
@@ -117,7 +110,7 @@ def test_worker_crash_aborts_the_slurm_job(slurm, tmp_path):
     assert re.search(r"see the log: \S+/logs/worker-\d\.log", result.stderr)
     job = result.stdout.split()[0]
     assert_ends_soon_after_abort(run_dir_of(slurm, job))
-    wait_queue_empty(lambda: queued_jobs(slurm, job), job, 30)
+    wait_queue_empty(lambda: slurm_queued(slurm, job), job, 30)
     assert_no_processes(job)
 
 
@@ -133,7 +126,7 @@ def test_starved_partition_hits_the_startup_deadline(slurm, tmp_path):
     # the deadline is checked every second by supervisors and `wait`: by the records
     assert abort["kind"] == "FAILED" and "startup deadline (20s)" in abort["reason"]
     assert abort["at"] - created_at(run_dir) < 20 + 10
-    wait_queue_empty(lambda: queued_jobs(slurm, job), job, 30)
+    wait_queue_empty(lambda: slurm_queued(slurm, job), job, 30)
     status = slurm.status(job)
     assert status["state"] == "FAILED"
     # queued tasks that start after the abort exit at once ("not started: job aborted")
@@ -149,7 +142,7 @@ def test_cancel_running_slurm_job(slurm, tmp_path):
     wait_for(lambda: log.exists() and "first step" in log.read_text(), 180, "training")
     result = slurm.run("cancel", job)
     assert result.returncode == 0, result.stderr
-    assert not queued_jobs(slurm, job)
+    assert not slurm_queued(slurm, job)
     assert slurm.status(job)["state"] == "CANCELLED"
     assert_no_processes(job)
     assert slurm.run("cancel", job).returncode == 0
@@ -161,5 +154,5 @@ def test_rejected_partition_exits_2_with_slurms_reason(slurm, tmp_path):
     assert result.returncode == 2
     assert "Slurm rejected the job" in result.stderr
     assert re.search(r"[Ii]nvalid partition", result.stderr)
-    assert not queued_jobs(slurm, "slurm-rejected")
+    assert not slurm_queued(slurm, "slurm-rejected")
     assert slurm.run_dirs() == []

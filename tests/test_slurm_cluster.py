@@ -6,17 +6,16 @@ and a controller that cannot be reached or is not configured."""
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from .clusterjobs import (
-    HELPER_ONLY,
+    assert_job_environment,
     fake_spec,
-    role_env,
     run_dir_of,
-    supervisor_environ,
+    slurm_jobs,
+    slurm_queued,
     wait_queue_empty,
 )
 from .conftest import Cli, assert_no_processes, cluster_environment
@@ -32,19 +31,6 @@ def slurm(home) -> Cli:
     return Cli(home, cluster_environment("slurm"))
 
 
-def queued_jobs(cli: Cli, job: str) -> list:
-    out = subprocess.run(["squeue", "--noheader", "--array", "--format", "%i %j %T"],
-                         capture_output=True, text=True, env=cli.env, check=True).stdout
-    return [line for line in out.splitlines() if job in line]
-
-
-def show_jobs(cli: Cli, job: str) -> list:
-    """``scontrol show job`` lines (one per job or component) of the job's Slurm jobs."""
-    out = subprocess.run(["scontrol", "show", "job", "--oneliner"], capture_output=True,
-                         text=True, env=cli.env, check=True).stdout
-    return [line for line in out.splitlines() if f"JobName={job}" in line]
-
-
 @pytest.mark.parametrize("het", [False, True], ids=["arrays", "heterogeneous"])
 def test_odd_run_directory_extra_values_and_job_processes(slurm, tmp_path, het):
     """The job runs from a run directory with a blank, ', ", $, # and %; an extra value
@@ -56,15 +42,10 @@ def test_odd_run_directory_extra_values_and_job_processes(slurm, tmp_path, het):
     job = slurm.submit(spec, "--backend", "slurm")
     run_dir = run_dir_of(slurm, job)
     assert run_dir.parent.name == ODD_RUNS
-    env = role_env(tmp_path, 1)
-    assert env["MXBATCH_JOB_ID"] == job
-    assert not [name for name in HELPER_ONLY if name in env]
+    env = assert_job_environment(tmp_path, run_dir, job, 1)
     if het:  # srun --het-group=2 --cpus-per-task=2 (22.05's srun does not inherit it)
         assert env.get("SLURM_CPUS_PER_TASK") == "2", sorted(env)
-    for role, rank in (("scheduler", 0), ("worker", 0)):
-        supervisor = supervisor_environ(run_dir, role, rank)
-        assert supervisor.get("MXBATCH_JOB_ID") == job, (role, sorted(supervisor))
-    lines = show_jobs(slurm, job)
+    lines = slurm_jobs(slurm, job)
     assert lines and all(" Comment=a b " in line for line in lines), lines
     assert all(f"WorkDir={run_dir} " in line for line in lines), lines
     result = slurm.run("wait", job, "--timeout", "120")
@@ -74,7 +55,7 @@ def test_odd_run_directory_extra_values_and_job_processes(slurm, tmp_path, het):
     assert outputs == (["slurm-het.out"] if het else
                        ["slurm-scheduler.0.out", "slurm-server.0.out", "slurm-worker.0.out",
                         "slurm-worker.1.out"])
-    wait_queue_empty(lambda: queued_jobs(slurm, job), job, 30)
+    wait_queue_empty(lambda: slurm_queued(slurm, job), job, 30)
     assert_no_processes(job)
 
 
@@ -118,5 +99,5 @@ def test_a_dead_controller_is_backend_unavailable_at_submit_and_status(slurm, tm
     result = slurm.run("status", job, env=missing)
     assert result.returncode == 3 and "nosuch.conf: no such file" in result.stderr
     assert slurm.run("cancel", job).returncode == 0
-    assert not queued_jobs(slurm, job)
+    assert not slurm_queued(slurm, job)
     assert_no_processes(job)
