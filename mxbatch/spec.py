@@ -172,14 +172,17 @@ def _backend_name(value: Any, _: KeyPath) -> str:
 
 
 def expand_path(text: str) -> str:
-    """``~`` and ``$VAR``/``${VAR}`` of the submitting environment expanded in a path;
-    ``ValueError`` naming an unset variable."""
-    expanded = os.path.expandvars(os.path.expanduser(text))
-    unset = re.search(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", expanded)
-    if unset:
-        raise ValueError(f"${unset.group(1)} is not set in this environment "
-                         f"(in the path {text!r})")
-    return expanded
+    """``~`` and ``$VAR``/``${VAR}`` of the submitting environment expanded in a path,
+    ``$$`` standing for a literal ``$``; ``ValueError`` naming an unset variable."""
+    parts = []
+    for part in text.split("$$"):
+        expanded = os.path.expandvars(part)
+        unset = re.search(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", expanded)
+        if unset:
+            raise ValueError(f"${unset.group(1)} is not set in this environment (in the path "
+                             f"{text!r}; write $$ for a literal $)")
+        parts.append(expanded)
+    return os.path.expanduser("$".join(parts))
 
 
 def _safe_name(stem: str) -> str:

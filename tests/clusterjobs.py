@@ -66,7 +66,7 @@ def fake_spec(tmp_path: Path, backend: str, options: str, *, name: str,
         "rendezvous": {"startup_timeout": startup, "grace": "2s"},
     }
     if runs is not None:
-        spec["rendezvous"]["dir"] = str(runs)
+        spec["rendezvous"]["dir"] = str(runs).replace("$", "$$")  # a literal $ in a spec
     spec["backends"] = {backend: yaml.safe_load("{" + options + "}")}
     path = tmp_path / f"{name}.yaml"
     path.write_text(json.dumps(spec, indent=1))  # JSON is YAML, with every path quoted right

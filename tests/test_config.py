@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mxbatch import config as siteconfig
+from mxbatch import spec as specs
 from mxbatch.errors import SpecError
 from mxbatch.runtime.roles import Role
 
@@ -133,6 +134,13 @@ def test_unset_variable_fails_only_the_profile_that_uses_it(tmp_path, monkeypatc
     assert "$NO_SUCH_VARIABLE_H13 is not set" in str(error.value)
 
 
+def test_paths_expand_variables_and_keep_a_doubled_dollar(tmp_path, monkeypatch):
+    monkeypatch.setenv("SHARED_H13", str(tmp_path))
+    spec = specs.parse("command: x\nrendezvous: {dir: '$SHARED_H13/a$$b/$${SHARED_H13}'}\n",
+                       tmp_path / "job.yaml")
+    assert spec.rendezvous.dir == tmp_path / "a$b" / "${SHARED_H13}"
+
+
 def test_bad_profile_fails_submit_with_exit_2_and_creates_nothing(cli, tmp_path):
     config = write_spec(tmp_path / "config.yaml",
                         "profiles:\n  p:\n    resources: {cpus: many}\n")
@@ -178,14 +186,14 @@ def test_launch_takes_counts_from_the_profile(tmp_path, monkeypatch):
 
 
 def test_spec_error_for_a_profile_value_names_the_config_file(tmp_path, monkeypatch):
-    # The spec is fine alone; the profile's sge block is checked where it was written.
+    # The spec is fine alone; the profile's container is checked where it was written.
     path = write_spec(tmp_path / "config.yaml",
-                      "profiles:\n  p:\n    container: {runtime: docker, image: x}\n")
+                      "profiles:\n  p:\n    container: {runtime: podman, image: x}\n")
     monkeypatch.setenv("MXBATCH_CONFIG", str(path))
     from mxbatch import jobs
 
     spec = siteconfig.load_job(write_spec(tmp_path / "job.yaml", SPEC), profile="p")
     with pytest.raises(SpecError) as error:
-        jobs.prepare(spec, "local", for_submit=False)
+        jobs.prepare(spec, "yarn", for_submit=False)  # YARN runs docker only
     assert (error.value.path, error.value.line, error.value.key) == (path, 3,
                                                                      "profiles.p.container")
