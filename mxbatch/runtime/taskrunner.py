@@ -147,6 +147,8 @@ class TaskRunner:
         self.write_log(("mxbatch supervisor %s: %s\n" % (self.label, message)).encode())
 
     def write_log(self, data: bytes) -> None:
+        if self.rdv.append_log(self.task.role, self.task.rank, data):
+            return  # the rendezvous keeps the log (an ssh host's agent: the submit host)
         if self._log is None:
             os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
             self._log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -194,7 +196,8 @@ class TaskRunner:
         hook_dir = pyhook.install(self.plan.layout.pyhook_dir)
         env = role_environment(self.environ, self.plan.inherit_env, self.task.env,
                                rendezvous_env, hook_dir, self.plan.submit_path)
-        self.say("starting %s" % " ".join(self.task.argv))
+        self.say("starting on %s with DMLC_NODE_HOST=%s: %s"
+                 % (self.record.host, env.get("DMLC_NODE_HOST"), " ".join(self.task.argv)))
         read_end, write_end = os.pipe()
         try:
             self.proc = subprocess.Popen(
