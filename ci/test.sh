@@ -6,14 +6,15 @@
 # the clusters again, also on failure. pytest's "no tests ran" (exit 5) fails.
 #
 # Env: MXBATCH_TEST_CLUSTERS  space-separated clusters to start and require
-#                             (default: sge slurm yarn cachefs)
+#                             (default: sge hosts slurm yarn cachefs; "hosts" are the
+#                             ssh/MPI test hosts: markers ssh and mpi)
 #      PYTEST_ARGS            extra pytest arguments
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 export MXBATCH_CLUSTER_STATE=${MXBATCH_CLUSTER_STATE:-/tmp/mxbatch-clusters}
-CLUSTERS=${MXBATCH_TEST_CLUSTERS-sge slurm yarn cachefs}
+CLUSTERS=${MXBATCH_TEST_CLUSTERS-sge hosts slurm yarn cachefs}
 STARTED=()
 
 log() { printf '[test.sh %(%H:%M:%S)T] %s\n' -1 "$*"; }
@@ -44,7 +45,12 @@ for name in $CLUSTERS; do
 done
 
 require="mxnet"
-for name in $CLUSTERS; do require="$require,$name"; done
+for name in $CLUSTERS; do
+    case $name in
+        hosts) require="$require,ssh,mpi" ;;   # the markers of the tests on the test hosts
+        *) require="$require,$name" ;;
+    esac
+done
 log "pytest (required: $require)"
 set +e
 MXBATCH_REQUIRE=$require python -m pytest -p no:cacheprovider -ra ${PYTEST_ARGS:-} tests

@@ -22,8 +22,10 @@ the ssh backend (a rendezvous relayed over the ssh sessions, ``--sync-dst-dir``)
 - ``--exit-zero``: an agent records its task's outcome and exits 0, so mpirun does not
   kill the other agents before they stopped their roles themselves (SIGTERM, grace,
   SIGKILL) on the abort record. mpirun still ends the job when an agent dies
-  abnormally (python3 missing, killed), and its exit then fails the job with mpirun's
-  own words (``logs/mpirun.log``).
+  abnormally (python3 missing, killed) or it loses a host; ``--launcher-signals``: the
+  agents then stop their roles on mpirun's SIGTERM without blaming the signal, and the
+  controller fails the job with mpirun's own words (``logs/mpirun.log``), which name
+  the host.
 
 The controller (``MpiController``) runs mpirun and waits until every rank's agent has
 started; if mpirun ends before, it fails the submission naming the tasks and hosts
@@ -48,10 +50,12 @@ from ..plan import JobPlan
 from ..quoting import shell_words
 from ..runtime.layout import RunLayout
 from ..runtime.planfile import RunPlan
+from ..runtime.states import AbortKind, AbortRecord
 from ..typed import Seconds, from_data, option, to_data
 from . import hostfile
 from .base import RenderedItem
 from .controller import (
+    BY,
     ControlledBackend,
     ControlledRequest,
     Controller,
@@ -156,7 +160,8 @@ class MpiBackend(ControlledBackend[MpiOptions, MpiRequest]):
         else:
             argv += ["-f", hosts_path, "-genv", "MXBATCH_JOB_ID", run.job_id]
         argv += [*self.options.extra, self.options.python, layout.runtime, "run", run.run_dir,
-                 "--task-from", RANK_VARIABLES, "--environ-file", environ, "--exit-zero"]
+                 "--task-from", RANK_VARIABLES, "--environ-file", environ, "--exit-zero",
+                 "--launcher-signals"]
         setup = MpiSetup(argv=tuple(argv), hostfile=hosts_path,
                          hostfile_text="\n".join(lines) + "\n", environ_file=environ,
                          task_hosts=tuple(hosts[i].label for i in placement),
@@ -188,14 +193,24 @@ def _remove_quietly(path: str) -> None:
 
 
 def mpirun_said(log_path: str, lines: int = 4) -> str:
-    """The first lines of mpirun's output that say something (no rulers, no blanks)."""
+    """What mpirun said, in short: its lines outside its boxed messages, and the first
+    line of each box (the boxes go on with generic advice); not the agents' own lines."""
     try:
         with open(log_path, errors="replace") as handle:
             text = handle.read()
     except OSError:
         return "no output"
-    said = [line.strip() for line in text.splitlines()
-            if line.strip() and not line.strip().startswith("----")]
+    said: List[str] = []
+    in_box = headline = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("-----"):
+            in_box = headline = not in_box
+            continue
+        if not stripped or stripped.startswith("mxbatch") or (in_box and not headline):
+            continue
+        headline = False
+        said.append(stripped)
     return " / ".join(said[:lines]) or "no output"
 
 
@@ -252,8 +267,11 @@ class MpiController(Controller):
                 self._kill_at = None
             return True
         code = self.proc.returncode
-        self.lose_tasks(self.plan.tasks, f"mpirun exited with {code} before every task "
-                                         f"ended: {mpirun_said(self.log_path)}")
+        reason = f"mpirun exited with {code}: {mpirun_said(self.log_path)}"
+        if code != 0 and self.rdv.read_abort() is None:
+            # the agents leave the cause to mpirun's words (--launcher-signals)
+            self.rdv.write_abort(AbortRecord(kind=AbortKind.FAILED, reason=reason, by=BY))
+        self.lose_tasks(self.plan.tasks, reason)
         return False
 
     def terminate(self) -> None:

@@ -14,7 +14,8 @@ FILE`` gives the roles the environment in FILE (a JSON object, mode 0600, writte
 the submitter) on top of this process's own, instead of relying on the launcher to
 pass it (mpirun passes only what it is told to). ``--exit-zero``: the outcome is in the
 records; a non-zero exit would make mpirun kill every other task's agent before it
-could stop its role and record why.
+could stop its role and record why. ``--launcher-signals``: mpirun's SIGTERM stops the
+role but is not the job's abort: the controller that runs mpirun knows the cause.
 
 Exit status: 0 when every task supervised succeeded, 1 when one failed or was
 stopped, 2 for a usage or identity error.
@@ -90,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="first array index of the batch system's array (default: its own)")
     run.add_argument("--environ-file", metavar="FILE", default=None,
                      help="the submitter's environment (JSON), added to this process's")
+    run.add_argument("--launcher-signals", action="store_true",
+                     help="a SIGTERM comes from the launcher ending the job (mpirun): stop "
+                          "the role, and leave the job's abort to the launcher's controller")
     run.add_argument("--exit-zero", action="store_true",
                      help="exit 0 once the task's outcome is recorded, whatever it is (for "
                           "launchers that kill every task when one exits non-zero: mpirun)")
@@ -149,7 +153,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                              % (args.kv_store, type(exc).__name__, exc))
             return 2
     agent = Agent(plan, tasks, rendezvous, slots=getattr(args, "slots", None),
-                  environ=environ, signals_cancel=getattr(args, "cancel_on_signal", False))
+                  environ=environ, signals_cancel=getattr(args, "cancel_on_signal", False),
+                  signals_from_launcher=getattr(args, "launcher_signals", False))
     code = agent.run()
     rendezvous.close(code)
     return 0 if getattr(args, "exit_zero", False) else code
