@@ -105,13 +105,18 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
     abort_poll_s = 0.5  # a call relayed to a local file: cheap
 
     # ------------------------------------------------------------------ checks
-    def _config(self) -> Optional[str]:
-        return self.options.config or os.environ.get(CONFIG_VARIABLE) or None
+    def _config(self, plan: JobPlan) -> Optional[str]:
+        """The ssh configuration file: the option (relative to the spec file), else
+        ``$MXBATCH_SSH_CONFIG``, else none (ssh's own)."""
+        if self.options.config:
+            return str(hostfile.spec_dir(plan) / Path(self.options.config).expanduser())
+        from_env = os.environ.get(CONFIG_VARIABLE)
+        return str(Path(from_env).expanduser().absolute()) if from_env else None
 
     def check(self, plan: JobPlan) -> None:
         hostfile.job_hosts(plan, self.name, self.options.hosts, self.options.hostfile)
-        config = self._config()
-        if config and not Path(config).expanduser().is_file():
+        config = self._config(plan)
+        if config and not Path(config).is_file():
             where = ("backends", self.name, "config")
             raise (plan.spec.error(where, f"no such ssh configuration file: {config}")
                    if self.options.config else
@@ -124,15 +129,14 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
                                          "ssh backend)")
 
     # ------------------------------------------------------------------ rendering
-    def ssh_base(self, host: hostfile.Host) -> List[str]:
+    def ssh_base(self, host: hostfile.Host, config: Optional[str]) -> List[str]:
         """The ssh command for ``host`` up to its destination (no remote command)."""
         options = self.options
         argv = [options.ssh, "-T", *options.ssh_options, "-o", "BatchMode=yes",
                 "-o", f"ConnectTimeout={max(1, round(options.connect_timeout))}",
                 "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
-        config = self._config()
         if config:
-            argv += ["-F", str(Path(config).expanduser())]
+            argv += ["-F", config]
         if host.port is not None:
             argv += ["-p", str(host.port)]
         return argv
@@ -143,12 +147,13 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
         remote = (f"exec env MXBATCH_JOB_ID={quote(plan.job_id)} "
                   f"{quote(self.options.python)} -c {quote(BOOTSTRAP)}")
         sync = self.options.sync_dst_dir
+        config = self._config(plan)
         plans = []
         for index, host in enumerate(hosts):
             tasks = tuple(t for t, h in enumerate(placement) if h == index)
             if not tasks:
                 continue  # more hosts than tasks
-            base = self.ssh_base(host)
+            base = self.ssh_base(host, config)
             rsync: Tuple[str, ...] = ()
             if sync:
                 rsync = ("rsync", "-az", "-e", shell_words(base),
