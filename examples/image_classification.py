@@ -115,7 +115,8 @@ def main() -> None:
         total, batches = 0.0, 0
         for batch, label in loader:
             if crash_rank == str(rank) and steps == crash_after:
-                raise RuntimeError(f"simulated crash on worker rank {rank} after {steps} steps")
+                raise RuntimeError(f"simulated crash on worker rank {rank} after {steps} steps, "
+                                   f"{time.time() - launch_t0:.2f}s after launch")
             with autograd.record():
                 loss = loss_fn(net(batch), label)
             loss.backward()

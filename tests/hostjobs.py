@@ -9,11 +9,11 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from mxbatch.runtime.layout import RunLayout
 
-from .conftest import FAKEROLE
+from .conftest import FAKEROLE, assert_no_processes, wait_for
 
 
 def host_addresses(env: Dict[str, str]) -> Dict[str, str]:
@@ -26,11 +26,13 @@ def host_addresses(env: Dict[str, str]) -> Dict[str, str]:
     return found
 
 
-def fake_spec(tmp_path: Path, backend: str, options: str, *, name: str, workers: int = 2,
-              servers: int = 2, env: Optional[Dict[str, str]] = None,
+def fake_spec(tmp_path: Path, backend: str, hosts_env: Dict[str, str], *, name: str,
+              workers: int = 2, servers: int = 2, env: Optional[Dict[str, str]] = None,
               grace: str = "2s", startup: str = "120s") -> Path:
-    """A job of stand-in roles (tests/fakerole.py) with ``backends.<backend>: {options}``."""
+    """A job of stand-in roles (tests/fakerole.py) on the 4 test hosts through
+    ``backend`` (ssh or mpi)."""
     role = [sys.executable, str(FAKEROLE)]
+    options = f"hostfile: {hosts_env['MXBATCH_TEST_HOSTFILE']}"
     text = (f"name: {name}\ncommand: {json.dumps(role)}\nworkdir: {tmp_path}\n"
             f"env: {json.dumps(env or {})}\n"
             f"roles:\n  server: {{count: {servers}}}\n  worker: {{count: {workers}}}\n"
@@ -39,6 +41,23 @@ def fake_spec(tmp_path: Path, backend: str, options: str, *, name: str, workers:
     path = tmp_path / f"{name}.yaml"
     path.write_text(text)
     return path
+
+
+def start_long_job(cli, hosts_env: Dict[str, str], tmp_path: Path, backend: str,
+                   name: str) -> Tuple[str, Path]:
+    """A detached stand-in job whose workers run for minutes, once every task runs."""
+    spec = fake_spec(tmp_path, backend, hosts_env, name=name, env={"FAKE_SLEEP": "300"})
+    job = cli.submit(spec, "-b", backend)
+    run_dir = cli.home / "runs" / job
+    wait_for(lambda: all_running(run_dir, 5), 90, "every task running")
+    return job, run_dir
+
+
+def assert_clean(job: str) -> None:
+    """No process of ``job`` on any host (the pid namespace is shared), and no agent's
+    private directory left (/tmp is shared too)."""
+    assert_no_processes(job, timeout=15)
+    assert remote_temp_dirs(job) == []
 
 
 def records(run_dir: Path) -> Dict[str, dict]:

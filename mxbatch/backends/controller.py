@@ -47,7 +47,7 @@ from ..runtime.layout import RunLayout
 from ..runtime.planfile import RunPlan, TaskInfo
 from ..runtime.rendezvous import FileRendezvous, atomic_write_json, read_json
 from ..runtime.states import AbortKind, AbortRecord, TaskRecord, TaskState
-from ..status import JobStatus, NativeState, merge
+from ..status import JobStatus, supervised
 from .base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
 
 #: after the abort, hosts get the grace period plus this long to end by themselves
@@ -185,9 +185,6 @@ class Controller(abc.ABC):
             self.rdv.write_task(record)
 
 
-ControllerT = TypeVar("ControllerT", bound=Controller)
-
-
 # ---------------------------------------------------------------------- the backend part
 
 
@@ -276,18 +273,8 @@ class ControlledBackend(Backend[OptionsT, RequestT, ControllerHandle]):
     # ------------------------------------------------------------------ watching
     def status(self, record: JobRecord) -> JobStatus:
         plan = load_run_plan(record)
-        rdv = FileRendezvous(record.run_dir)
-        # liveness first, records second: a controller that has ended wrote its final
-        # records before, so they are read complete
-        alive = procs.pid_alive(self.handle_of(record).controller_pid)
-        records = rdv.read_tasks(plan.task_keys())
-        native = {}
-        for key in plan.task_keys():
-            rec = records.get(key)
-            started = rec is not None and rec.supervisor_pid is not None
-            native[key] = (NativeState.GONE if not alive
-                           else NativeState.ACTIVE if started else NativeState.QUEUED)
-        return merge(plan, self.name, records, rdv.read_abort(), native)
+        alive = procs.pid_alive(self.handle_of(record).controller_pid)  # before the records
+        return supervised(plan, self.name, FileRendezvous(record.run_dir), alive)
 
     # ------------------------------------------------------------------ cancelling
     def await_stopped(self, record: JobRecord, handle: ControllerHandle,

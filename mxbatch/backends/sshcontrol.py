@@ -117,6 +117,7 @@ class HostLink:
         self.err_fd = self.proc.stderr.fileno()
         os.set_blocking(self.err_fd, False)
         self.stderr = bytearray()
+        self.stderr_eof = False
         self.log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self.hello: Optional[Message] = None
         self.problem: Optional[str] = None
@@ -139,6 +140,7 @@ class HostLink:
             except OSError:
                 data = b""
             if not data:
+                self.stderr_eof = True
                 return
             self.stderr += data
             del self.stderr[:-STDERR_TAIL]
@@ -294,18 +296,22 @@ class SshController(Controller):
     def _pump(self, timeout: float) -> None:
         """Wait up to ``timeout`` for data from any host, then handle all of it."""
         poller = select.poll()
-        owners: Dict[int, HostLink] = {}
+        watched = 0
         for link in self.links:
             if link.ended:
                 continue
-            poller.register(link.channel.read_fd, select.POLLIN)
-            poller.register(link.err_fd, select.POLLIN)
+            for fd, closed in ((link.channel.read_fd, link.channel.eof),
+                               (link.err_fd, link.stderr_eof)):
+                if not closed:  # (a closed pipe would wake poll at once, every time)
+                    poller.register(fd, select.POLLIN)
+                    watched += 1
             if link.channel.pending:
                 poller.register(link.channel.write_fd, select.POLLOUT)
-            owners[link.channel.read_fd] = link
-        if not owners:
-            return
-        poller.poll(timeout * 1000)
+                watched += 1
+        if watched:
+            poller.poll(timeout * 1000)
+        else:  # only exits to wait for (ssh has closed its pipes)
+            time.sleep(timeout)
         for link in self.links:
             if not link.ended:
                 self._service(link)
