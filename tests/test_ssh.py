@@ -1,18 +1,22 @@
 """The ssh backend on the namespace test hosts (ci/clusters/hosts-up.sh) with stand-in
 roles, what only ssh does: a host's sshd killed mid-job ends the job within 15 s naming
-the host, and that host's agent stops its roles without its session; bad hosts are
-named before anything starts. (Placement, secrets, a failing worker, cancel and Ctrl-C:
+the host, and that host's agent stops its roles without its session; a controller
+killed with SIGKILL drops every session, and every host stops; bad hosts are named
+before anything starts. (Placement, secrets, a failing worker, cancel and Ctrl-C:
 test_host_backends.py.)"""
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
+import signal
 import sys
 import time
 
 import pytest
 
-from .conftest import FAKEROLE, task_record
+from .conftest import FAKEROLE, task_record, wait_for
 from .hostjobs import (
     abort_record,
     assert_clean,
@@ -40,6 +44,16 @@ def test_killed_sshd_of_a_host_ends_the_job_within_15s(hosts_cli, hosts_env, tmp
     assert abort_record(run_dir)["at"] - killed < 15
     assert last_end(run_dir) - killed < 15
     assert_clean(job)  # mxbh3's agent stopped its roles without its session
+
+
+def test_killed_controller_leaves_nothing_on_any_host(hosts_cli, hosts_env, tmp_path):
+    job, _ = start_long_job(hosts_cli, hosts_env, tmp_path, "ssh", "ctlkill")
+    record = json.loads((hosts_cli.home / "jobs" / f"{job}.json").read_text())
+    os.kill(record["handle"]["controller_pid"], signal.SIGKILL)
+    assert_clean(job)  # within 15 s: every agent lost its session, stopped its roles
+    status = wait_for(lambda: hosts_cli.status(job), 10, "the status")
+    assert status["state"] == "FAILED" and "lost" in status["reason"]
+    assert hosts_cli.run("cancel", job).returncode == 0
 
 
 def test_bad_hosts_are_named_and_nothing_starts(hosts_cli, hosts_env, tmp_path):
