@@ -87,9 +87,12 @@ class SshRequest(ControlledRequest):
         items = [self.controller_item()]
         tasks = self.plan.run.tasks
         for host in self.setup.hosts:
-            shown = shell_words(host.ssh) + " " + quote(host.remote.replace(
-                BOOTSTRAP, f"<the runtime's bootstrap, {len(BOOTSTRAP)} characters>"))
-            text = (f"tasks: {', '.join(tasks[i].label for i in host.tasks)}\nssh: {shown}\n"
+            remote = host.remote.replace(quote(BOOTSTRAP), "BOOTSTRAP")
+            text = (f"tasks: {', '.join(tasks[i].label for i in host.tasks)}\n"
+                    f"ssh: {shell_words(host.ssh)} REMOTE_COMMAND\n"
+                    f"REMOTE_COMMAND: {remote}\n"
+                    f"BOOTSTRAP: mxbatch/runtime/remote.py's ({len(BOOTSTRAP)} characters; "
+                    "render --json shows it)\n"
                     "stdin: the runtime zipapp, the plan, the environment")
             if host.rsync:
                 text += f"\nrsync (first): {shell_words(host.rsync)}"
