@@ -246,6 +246,11 @@ class SshController(Controller):
 
     def start(self) -> None:
         for link in self.links:
+            if link.ended:  # between its hello and now
+                self.lose_tasks([self.plan.tasks[i] for i in link.plan.tasks],
+                                f"host {link.host}: its ssh session ended before the job "
+                                f"started (ssh exited with {link.exit_code})")
+                continue
             link.running = True
             try:
                 link.channel.send({"t": "start"})
