@@ -41,9 +41,10 @@ from .sshcontrol import HostPlan, SshController, SshSetup
 #: the environment variable that names an ssh configuration file when the spec does not
 CONFIG_VARIABLE = "MXBATCH_SSH_CONFIG"
 
-#: kills every process of a job on a host (``remove``'s last resort); argv[1] = job id
+#: kills every process of a job on a host, and removes its agent's private directory
+#: (``remove``'s last resort); argv[1] = job id
 SWEEP = r"""
-import os, signal, sys
+import glob, os, shutil, signal, sys, tempfile
 needle = ("MXBATCH_JOB_ID=" + sys.argv[1]).encode()
 for pid in os.listdir("/proc"):
     if pid.isdigit() and int(pid) != os.getpid():
@@ -53,6 +54,8 @@ for pid in os.listdir("/proc"):
                     os.kill(int(pid), signal.SIGKILL)
         except OSError:
             pass
+for path in glob.glob(os.path.join(tempfile.gettempdir(), "mxbatch-%s-*" % sys.argv[1])):
+    shutil.rmtree(path, ignore_errors=True)
 """.strip()
 
 
