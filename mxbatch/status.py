@@ -12,7 +12,7 @@ import enum
 from typing import Any, Dict, List, Mapping, Optional
 
 from .runtime.planfile import RunPlan
-from .runtime.rendezvous import Rendezvous, TaskKey
+from .runtime.rendezvous import TaskKey
 from .runtime.roles import Role
 from .runtime.states import AbortKind, AbortRecord, TaskRecord, TaskState
 from .runtime.watch import workers_succeeded
@@ -121,20 +121,3 @@ def _task_status(role: Role, rank: int, record: Optional[TaskRecord], native: Na
     return TaskStatus(role=role, rank=rank, state=state, host=record.host, pid=record.pid,
                       exit_code=record.exit_code, signal=record.signal, note=note,
                       log=record.log, native=native_id)
-
-
-def supervised(plan: RunPlan, backend: str, rdv: Rendezvous, alive: bool) -> JobStatus:
-    """The status of a job that one process on this machine answers for (the local job
-    manager, an ssh or MPI job's controller): the records, and whether that process is
-    ``alive``. Read its liveness *before* calling: a process that has ended wrote its
-    final records before, so they are then read complete (never "gone without a
-    record")."""
-    records = rdv.read_tasks(plan.task_keys())
-    native = {}
-    for key in plan.task_keys():
-        rec = records.get(key)
-        started = rec is not None and rec.supervisor_pid is not None
-        native[key] = (NativeState.GONE if not alive
-                       else NativeState.ACTIVE if started else NativeState.QUEUED)
-    return merge(plan, backend, records, rdv.read_abort(), native)
-

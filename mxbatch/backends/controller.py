@@ -47,7 +47,7 @@ from ..runtime.layout import RunLayout
 from ..runtime.planfile import RunPlan, TaskInfo
 from ..runtime.rendezvous import FileRendezvous, atomic_write_json, read_json
 from ..runtime.states import AbortKind, AbortRecord, TaskRecord, TaskState
-from ..status import JobStatus, supervised
+from ..status import JobStatus, NativeState, merge
 from .base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
 
 #: after the abort, hosts get the grace period plus this long to end by themselves
@@ -273,8 +273,18 @@ class ControlledBackend(Backend[OptionsT, RequestT, ControllerHandle]):
     # ------------------------------------------------------------------ watching
     def status(self, record: JobRecord) -> JobStatus:
         plan = load_run_plan(record)
-        alive = procs.pid_alive(self.handle_of(record).controller_pid)  # before the records
-        return supervised(plan, self.name, FileRendezvous(record.run_dir), alive)
+        rdv = FileRendezvous(record.run_dir)
+        # liveness first, records second: a controller that has ended wrote its final
+        # records before, so they are read complete (never "gone without a record")
+        alive = procs.pid_alive(self.handle_of(record).controller_pid)
+        records = rdv.read_tasks(plan.task_keys())
+        native = {}
+        for key in plan.task_keys():
+            rec = records.get(key)
+            started = rec is not None and rec.state is not TaskState.PENDING
+            native[key] = (NativeState.GONE if not alive
+                           else NativeState.ACTIVE if started else NativeState.QUEUED)
+        return merge(plan, self.name, records, rdv.read_abort(), native)
 
     # ------------------------------------------------------------------ cancelling
     def await_stopped(self, record: JobRecord, handle: ControllerHandle,

@@ -29,7 +29,7 @@ from ..runtime.agent import Agent
 from ..runtime.layout import RunLayout
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import FileRendezvous
-from ..status import JobStatus, supervised
+from ..status import JobStatus, NativeState, merge
 from ..typed import option
 from .base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
 
@@ -117,8 +117,18 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
 
     def status(self, record: JobRecord) -> JobStatus:
         plan = load_run_plan(record)
-        alive = procs.pid_alive(self.handle_of(record).manager_pid)  # before the records
-        return supervised(plan, self.name, FileRendezvous(record.run_dir), alive)
+        rdv = FileRendezvous(record.run_dir)
+        # liveness first, records second: an agent that has ended wrote its final
+        # records before, so they are read complete (never "gone without a record")
+        alive = procs.pid_alive(self.handle_of(record).manager_pid)
+        records = rdv.read_tasks(plan.task_keys())
+        native = {}
+        for key in plan.task_keys():
+            rec = records.get(key)
+            started = rec is not None and rec.supervisor_pid is not None
+            native[key] = (NativeState.GONE if not alive
+                           else NativeState.ACTIVE if started else NativeState.QUEUED)
+        return merge(plan, self.name, records, rdv.read_abort(), native)
 
     def remove(self, record: JobRecord, handle: LocalHandle, run: RunPlan) -> None:
         """The manager exits once its roles have (it stops them on the abort record
