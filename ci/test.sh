@@ -9,7 +9,7 @@
 #                             (default: sge slurm yarn cachefs containers); slurm
 #                             runs its nodes on the namespace test hosts, so "hosts" is
 #                             started before it (and stopped after it) whenever slurm is
-#                             listed
+#                             listed; "hosts" are also the ssh/MPI test hosts (markers ssh and mpi)
 #      PYTEST_ARGS            extra pytest arguments
 set -euo pipefail
 
@@ -73,7 +73,10 @@ done
 
 require="mxnet"
 for name in $CLUSTERS; do
-    [[ $name == hosts ]] || require="$require,$name"   # infrastructure, not a test marker
+    case $name in
+        hosts) require="$require,ssh,mpi" ;;   # the markers of the tests on the test hosts
+        *) require="$require,$name" ;;
+    esac
 done
 log "pytest (required: $require)"
 set +e

@@ -6,15 +6,15 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional
 
 import click
 
-from . import __version__, jobs, jsonout, records
+from . import __version__, jobs, jsonout, launchcli, records
 from . import config as siteconfig
 from . import spec as specs
 from .completion import backend_names, job_ids, profile_names
-from .errors import ExitCode, MxbatchError, SpecError
+from .errors import ExitCode, MxbatchError
 from .follow import LogTail, follow, supervise
 from .runtime.roles import Role
 from .schema import DEFAULT_BACKEND
@@ -67,82 +67,19 @@ def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
                              wait, quiet, as_json)
 
 
-@main.command(context_settings={"ignore_unknown_options": True})
-@_WORKERS
-@_SERVERS
-@_BACKEND
-@_PROFILE
-@click.option("--name", default="launch", show_default=True, help="Job name.")
-@click.option("--env", "-e", "env", multiple=True, metavar="NAME=VALUE",
-              help="Environment variable for every role (repeatable).")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=".",
-              help="Working directory of every role.")
-@click.option("--interface", default=None, help="Network interface to advertise.")
-@click.option("--ports", default=None, help="Scheduler port range, e.g. 9000-9999.")
-@click.option("--startup-timeout", default=None, help="Startup deadline, e.g. 10m.")
-@click.option("--grace", default=None, help="Grace period before SIGKILL, e.g. 30s.")
-@click.option("--stall-timeout", default=None,
-              help="Fail the job when a role is stopped, or a worker uses no CPU and writes "
-                   "no output, this long, e.g. 20m (default 30m; 'off': never).")
-@click.option("--container", default=None, metavar="RUNTIME:IMAGE",
-              help="Run every role in a container, e.g. docker:mxnet/python:1.9.1 "
-                   "(docker, podman or apptainer).")
-@click.option("--mount", "mounts", multiple=True, metavar="HOST:CONTAINER[:ro]",
-              help="With --container: a bind mount for every role (repeatable).")
-@click.option("--detach", is_flag=True, help="Return at once with the job id.")
-@click.option("--quiet", "-q", is_flag=True, help="Do not stream logs nor show the status line.")
-@_JSON
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def launch(workers: Optional[int], servers: Optional[int], backend: Optional[str],
-           profile: Optional[str], name: str, env: Sequence[str], workdir: Path,
-           interface: Optional[str], ports: Optional[str], startup_timeout: Optional[str],
-           grace: Optional[str], stall_timeout: Optional[str], container: Optional[str],
-           mounts: Sequence[str], detach: bool, quiet: bool, as_json: bool,
-           command: List[str]) -> None:
-    """Run COMMAND for every role, like MXNet's launch.py (no spec file).
+@main.command(context_settings=launchcli.CONTEXT)
+@launchcli.options
+def launch(**flags) -> None:
+    """Run COMMAND for every role: MXNet's launch.py command line (no spec file).
 
-    Blocks until the job ends and exits with its outcome:
-    mxbatch launch -n 2 -s 2 -- python3 train.py --kvstore dist_sync
+    Options end where COMMAND begins. Blocks until the job ends and exits with its
+    outcome:
+
+    mxbatch launch -n 2 -H hosts --launcher ssh python3 train.py --kvstore dist_sync
     """
-    roles = {role: {"count": count} for role, count in (("worker", workers), ("server", servers))
-             if count is not None}  # else: the profile's, else 1 worker, servers = workers
-    data: dict = {"name": name, "command": list(command), "workdir": str(workdir),
-                  "env": _parse_env(env), "roles": roles}
-    if interface or ports:
-        data["network"] = {k: v for k, v in (("interface", interface), ("ports", ports)) if v}
-    rendezvous = {k: v for k, v in (("startup_timeout", startup_timeout), ("grace", grace),
-                                    ("stall_timeout", stall_timeout)) if v}
-    if stall_timeout == "off":
-        rendezvous["stall_timeout"] = None
-    if rendezvous:
-        data["rendezvous"] = rendezvous
-    if container or mounts:
-        data["container"] = _container_flags(container, mounts)
-    spec = siteconfig.job_from_mapping(data, base_dir=Path.cwd(), default_name=name,
-                                       profile=profile)
-    _submit_and_maybe_follow(spec, siteconfig.backend_name(spec, backend), None, None,
-                             not detach, quiet, as_json)
-
-
-def _container_flags(container: Optional[str], mounts: Sequence[str]) -> dict:
-    """``--container RUNTIME:IMAGE`` and ``--mount`` as the spec's ``container`` block."""
-    runtime, sep, image = (container or "").partition(":")
-    if not container:
-        raise SpecError("needs --container RUNTIME:IMAGE", key="--mount")
-    if not sep or not runtime or not image:
-        raise SpecError(f"expected RUNTIME:IMAGE (docker:mxnet/python:1.9.1), got {container!r}",
-                        key="--container")
-    return {"runtime": runtime, "image": image, "mounts": list(mounts)}
-
-
-def _parse_env(pairs: Sequence[str]) -> dict:
-    env = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise SpecError(f"expected NAME=VALUE, got {pair!r}", key="--env")
-        env[name] = value
-    return env
+    spec, backend, args = launchcli.launch_job(flags)
+    _submit_and_maybe_follow(spec, backend, None, None, not args.detach, args.quiet,
+                             args.as_json)
 
 
 def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Optional[int],

@@ -27,12 +27,17 @@ def pytest_collection_modifyitems(config, items):
     ones that must run (CI), turning a missing cluster into a failure, not a skip."""
     required = {n for n in os.environ.get("MXBATCH_REQUIRE", "").split(",") if n}
     available = {"mxnet": importlib.util.find_spec("mxnet") is not None}
-    for cluster in ("sge", "slurm", "yarn", "cachefs", "containers"):
-        available[cluster] = cluster_env_file(cluster).is_file()
+    for marker in ("sge", "slurm", "yarn", "cachefs", "containers", "ssh", "mpi"):
+        available[marker] = cluster_env_file(MARKER_CLUSTERS.get(marker, marker)).is_file()
     for item in items:
         for marker, present in available.items():
             if marker in item.keywords and not present and marker not in required:
                 item.add_marker(pytest.mark.skip(reason=f"{marker} is not available"))
+
+
+#: markers whose tests run on a cluster of another name: the ssh and MPI tests need the
+#: namespace test hosts of ci/clusters/hosts-up.sh
+MARKER_CLUSTERS = {"ssh": "hosts", "mpi": "hosts"}
 
 
 def cluster_env_file(name: str) -> Path:
@@ -144,3 +149,18 @@ def example(tmp_path) -> Path:
 def write_spec(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+@pytest.fixture
+def hosts_env() -> Dict[str, str]:
+    """The environment of the ssh/MPI test hosts (hosts.env: MXBATCH_SSH_CONFIG, the
+    hostfile, the failure hosts, Open MPI's settings), and running mpirun as root
+    allowed: that is the tests' explicit choice (mxbatch never adds it)."""
+    return dict(cluster_environment("hosts"), OMPI_ALLOW_RUN_AS_ROOT="1",
+                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+
+@pytest.fixture
+def hosts_cli(home, hosts_env) -> Cli:
+    """The CLI with the test hosts' environment."""
+    return Cli(home, base_env=hosts_env)

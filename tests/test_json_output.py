@@ -65,7 +65,7 @@ def test_job_ids_complete_from_the_records(cli, tmp_path):
     assert f"plain,{job}" in result.stdout.splitlines()
     backends = cli.run(env={"_MXBATCH_COMPLETE": "bash_complete",
                             "COMP_WORDS": "mxbatch submit --backend s", "COMP_CWORD": "3"})
-    assert backends.stdout.split() == ["plain,sge", "plain,slurm"]
+    assert backends.stdout.split() == ["plain,sge", "plain,slurm", "plain,ssh"]
     script = cli.run("completion", "bash")
     assert script.returncode == 0 and "_MXBATCH_COMPLETE=bash_complete" in script.stdout
     assert cli.run("wait", job, "--timeout", "60").returncode == 0

@@ -73,7 +73,7 @@ exec /venv/bin/python /shared/runs/golden-00000001/runtime.pyz run /shared/runs/
 def golden_plan(tmp_path: Path, *, runs: str = "/shared/runs", options: str = "",
                 text: str = SPEC):
     """The golden spec (``options``: more lines of ``backends.sge``), checked and planned."""
-    text = text.replace("RUNS", json.dumps(runs)) + "".join(
+    text = text.replace("RUNS", json.dumps(runs.replace("$", "$$"))) + "".join(  # literal
         f"    {line}\n" for line in options.splitlines())
     spec = specs.parse(text, tmp_path / "golden.yaml")
     backend = jobs.backend_for_spec(spec, "sge")

@@ -124,7 +124,7 @@ run /shared/runs/golden-00000001 --task-from SLURM_PROCID : \
 def golden(tmp_path: Path, *, runs: str = "/shared/runs", options: str = "",
            text: str = SPEC):
     """The golden spec (``options``: more lines of ``backends.slurm``), checked and planned."""
-    text = text.replace("RUNS", json.dumps(runs)) + "".join(
+    text = text.replace("RUNS", json.dumps(runs.replace("$", "$$"))) + "".join(  # literal
         f"    {line}\n" for line in options.splitlines())
     spec = specs.parse(text, tmp_path / "golden.yaml")
     backend = jobs.backend_for_spec(spec, "slurm")

@@ -5,6 +5,17 @@
         supervise one task (a batch array task, a YARN container, an MPI rank)
     python3 runtime.pyz agent RUN_DIR [--tasks all|I,J,...] [--slots N] [--cancel-on-signal]
         supervise several tasks in one process (the local backend's job, an ssh host)
+    python3 runtime.pyz remote DIR
+        the agent of an ssh host, driven through stdin and stdout (``remote``)
+
+``run --task-from A,B`` reads the index from the first of these variables that is set
+(``OMPI_COMM_WORLD_RANK,PMI_RANK``: one ``mpirun`` for every task). ``--environ-file
+FILE`` gives the roles the environment in FILE (a JSON object, mode 0600, written by
+the submitter) on top of this process's own, instead of relying on the launcher to
+pass it (mpirun passes only what it is told to). ``--exit-zero``: the outcome is in the
+records; a non-zero exit would make mpirun kill every other task's agent before it
+could stop its role and record why. ``--launcher-signals``: mpirun's SIGTERM stops the
+role but is not the job's abort: the controller that runs mpirun knows the cause.
 
 Exit status: 0 when every task supervised succeeded, 1 when one failed or was
 stopped, 2 for a usage or identity error.
@@ -22,14 +33,17 @@ containers run from their own working directory).
 import argparse
 import dataclasses
 import importlib
+import json
 import os
 import sys
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from .agent import Agent
 from .kvrendezvous import KeyValueRendezvous
 from .layout import RunLayout
 from .planfile import RunPlan, TaskInfo
+from .remote import main as remote_main
+from .remote import merged_environment
 from .rendezvous import FileRendezvous
 from .roles import Role
 from .task import TaskIdentityError, resolve
@@ -75,6 +89,14 @@ def _parser() -> argparse.ArgumentParser:
                      help="read the task index from this environment variable")
     run.add_argument("--array-base", type=int, default=None,
                      help="first array index of the batch system's array (default: its own)")
+    run.add_argument("--environ-file", metavar="FILE", default=None,
+                     help="the submitter's environment (JSON), added to this process's")
+    run.add_argument("--launcher-signals", action="store_true",
+                     help="a SIGTERM comes from the launcher ending the job (mpirun): stop "
+                          "the role, and leave the job's abort to the launcher's controller")
+    run.add_argument("--exit-zero", action="store_true",
+                     help="exit 0 once the task's outcome is recorded, whatever it is (for "
+                          "launchers that kill every task when one exits non-zero: mpirun)")
     agent = commands.add_parser("agent", help="supervise several tasks in one process")
     agent.add_argument("run_dir")
     agent.add_argument("--tasks", default="all", help="all, or task indexes I,J,...")
@@ -82,12 +104,27 @@ def _parser() -> argparse.ArgumentParser:
                        help="run at most this many tasks at once (the rest queue)")
     agent.add_argument("--cancel-on-signal", action="store_true",
                        help="a signal to the agent cancels the job (it stands for the user)")
+    remote = commands.add_parser("remote", help="an ssh host's agent, over stdin/stdout")
+    remote.add_argument("run_dir")
     return parser
+
+
+def _environ(path: Optional[str]) -> Optional[Dict[str, str]]:
+    """This process's environment with the one in ``path`` on top (None: no file)."""
+    if path is None:
+        return None
+    with open(path) as handle:
+        submitted = json.load(handle)
+    if not isinstance(submitted, dict):
+        raise ValueError("%s: not a JSON object" % path)
+    return merged_environment(os.environ, {str(k): str(v) for k, v in submitted.items()})
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     run_dir = os.path.abspath(args.run_dir)
+    if args.command == "remote":
+        return remote_main(run_dir)
     try:
         plan = _load_plan(run_dir)
     except (OSError, ValueError, TypeError, KeyError) as exc:
@@ -103,6 +140,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (TaskIdentityError, ValueError) as exc:
         sys.stderr.write("mxbatch runtime: %s\n" % exc)
         return 2
+    try:
+        environ = _environ(getattr(args, "environ_file", None))
+    except (OSError, ValueError) as exc:
+        sys.stderr.write("mxbatch runtime: --environ-file: %s\n" % exc)
+        return 2
     if args.command == "run" and args.kv_store:
         try:
             rendezvous = _kv_rendezvous(args.kv_store, plan)
@@ -111,10 +153,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                              % (args.kv_store, type(exc).__name__, exc))
             return 2
     agent = Agent(plan, tasks, rendezvous, slots=getattr(args, "slots", None),
-                  signals_cancel=getattr(args, "cancel_on_signal", False))
+                  environ=environ, signals_cancel=getattr(args, "cancel_on_signal", False),
+                  signals_from_launcher=getattr(args, "launcher_signals", False))
     code = agent.run()
     rendezvous.close(code)
-    return code
+    return 0 if getattr(args, "exit_zero", False) else code
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ Each loop (every ``POLL_S``, woken at once by role output and by SIGCHLD):
   stall detection (a role in a container: the container's processes);
 - a signal to the agent (SIGTERM, SIGINT, SIGHUP) aborts the job: cancelled, when the
   agent stands for the user (the local job manager, an attached ``mxbatch launch``),
-  else failed (a batch system's SIGTERM: walltime, preemption).
+  else failed (a batch system's SIGTERM: walltime, preemption); with
+  ``signals_from_launcher`` (mpirun's ranks) the agent only stops its roles, and the
+  launcher's controller, which knows why it ended the job, writes the abort.
 
 File operations on shared storage, per task and second in steady state: a heartbeat
 write every 5 s (2 operations: temporary file, rename), the abort record every second
@@ -76,12 +78,13 @@ class Agent:
 
     def __init__(self, plan: RunPlan, tasks: List[TaskInfo], rendezvous: Rendezvous, *,
                  slots: Optional[int] = None, environ: Optional[Dict[str, str]] = None,
-                 signals_cancel: bool = False,
+                 signals_cancel: bool = False, signals_from_launcher: bool = False,
                  on_tick: Optional[Callable[[], None]] = None) -> None:
         self.plan = plan
         self.rdv = rendezvous
         self.on_tick = on_tick
         self.signals_cancel = signals_cancel
+        self.signals_from_launcher = signals_from_launcher
         env = dict(os.environ if environ is None else environ)
         limit = slots or len(tasks)
         self.runners = [TaskRunner(plan, task, rendezvous, env, os.getpid(), queued=i >= limit)
@@ -331,6 +334,10 @@ class Agent:
         if self.signals_cancel:
             reason = ("interrupted (%s)" % ("Ctrl-C" if name == "SIGINT" else name))
             self._abort(AbortRecord(kind=AbortKind.CANCELLED, reason=reason, by=self.by))
+        elif self.signals_from_launcher:  # stop here; the launcher's controller says why
+            self._stop_all(AbortRecord(kind=AbortKind.FAILED, by=self.by,
+                                       reason="stopped by the launcher (%s)" % name),
+                           wall, mono)
         else:
             self._abort(AbortRecord(kind=AbortKind.FAILED, by=self.by,
                                     reason="%s: supervisor received %s" % (self.by, name)))

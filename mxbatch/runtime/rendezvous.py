@@ -96,6 +96,11 @@ class Rendezvous(abc.ABC):
     def read_digest(self) -> Optional[DigestRecord]:
         """The watcher's latest digest, if any."""
 
+    def append_log(self, role: Role, rank: int, data: bytes) -> bool:
+        """Keep ``data`` (a task's output or a supervisor note) in the task's log
+        elsewhere; False (the default): the supervisor writes its own log file."""
+        return False
+
     def close(self, exit_status: int) -> None:  # noqa: B027 - optional hook
         """Called once, when the supervisor using this rendezvous has ended with
         ``exit_status``. Default: nothing to release."""

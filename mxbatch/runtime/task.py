@@ -2,7 +2,9 @@
 
 - ``MXBATCH_TASK``: the task index, set by launchers that start each task alone
   (local backend, YARN); or ``--task-from VAR``: the index is in ``$VAR`` (a Slurm
-  heterogeneous job's ``SLURM_PROCID`` counts tasks across components in task order);
+  heterogeneous job's ``SLURM_PROCID`` counts tasks across components in task order;
+  ``--task-from OMPI_COMM_WORLD_RANK,PMI_RANK``: the first of them that is set, for
+  one ``mpirun`` of every task);
 - otherwise a role group (``--role worker``) plus the array index the batch
   system gives: ``SGE_TASK_ID`` (1-based), ``SLURM_ARRAY_TASK_ID`` (0-based),
   ``OMPI_COMM_WORLD_RANK`` / ``PMI_RANK`` (0-based); ``array_base`` overrides the
@@ -27,10 +29,13 @@ def resolve(plan: RunPlan, environ: Mapping[str, str], index: Optional[int] = No
             array_base: Optional[int] = None) -> TaskInfo:
     """The ``TaskInfo`` this process runs (see the module docstring for the sources)."""
     if index is None and index_variable:
-        if not environ.get(index_variable, "").isdigit():
+        # "A,B": the first of these variables that is set (mpirun: Open MPI's or hydra's)
+        names = [name for name in index_variable.split(",") if name]
+        variable = next((name for name in names if name in environ), names[0])
+        if not environ.get(variable, "").isdigit():
             raise TaskIdentityError("$%s is not a task index: %r"
-                                    % (index_variable, environ.get(index_variable)))
-        index = int(environ[index_variable])
+                                    % (" or $".join(names), environ.get(variable)))
+        index = int(environ[variable])
     if index is None and environ.get("MXBATCH_TASK", "").isdigit():
         index = int(environ["MXBATCH_TASK"])
     if index is not None:

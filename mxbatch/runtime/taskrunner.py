@@ -167,6 +167,8 @@ class TaskRunner:
         self.write_log(("mxbatch supervisor %s: %s\n" % (self.label, message)).encode())
 
     def write_log(self, data: bytes) -> None:
+        if self.rdv.append_log(self.task.role, self.task.rank, data):
+            return  # the rendezvous keeps the log (an ssh host's agent: the submit host)
         if self._log is None:
             os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
             self._log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -240,7 +242,8 @@ class TaskRunner:
             # docker and podman pass SIGTERM on to the container; SIGKILL would orphan it
             if self.container.daemon:
                 deathsig = signal.SIGTERM
-        self.say("starting %s" % " ".join(argv))
+        self.say("starting on %s with DMLC_NODE_HOST=%s: %s"
+                 % (self.record.host, rendezvous_env.get("DMLC_NODE_HOST"), " ".join(argv)))
         read_end, write_end = os.pipe()
         try:
             self.proc = subprocess.Popen(

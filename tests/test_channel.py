@@ -1,0 +1,119 @@
+"""The rendezvous over a channel (an ssh session's stdin/stdout): the agent's side
+(``ChannelRendezvous``) against the submit host's relay (``serve_call`` on a
+``FileRendezvous``), over real pipes; and what the agent sees when the channel breaks."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from mxbatch.runtime.channel import Channel, ChannelClosed, decode_bytes
+from mxbatch.runtime.channelrdv import ChannelRendezvous, serve_call
+from mxbatch.runtime.rendezvous import FileRendezvous
+from mxbatch.runtime.roles import Role
+from mxbatch.runtime.states import (
+    AbortKind,
+    AbortRecord,
+    DigestRecord,
+    SchedulerRecord,
+    TaskRecord,
+    TaskState,
+)
+
+
+def channel_pair():
+    """Two channels joined by pipes: (agent's, submit host's)."""
+    up_r, up_w = os.pipe()
+    down_r, down_w = os.pipe()
+    return Channel(down_r, up_w), Channel(up_r, down_w)
+
+
+class Relay(threading.Thread):
+    """The submit host's side: serves calls on ``rdv`` and keeps the logs it gets."""
+
+    def __init__(self, channel: Channel, rdv: FileRendezvous) -> None:
+        super().__init__(daemon=True)
+        self.channel, self.rdv = channel, rdv
+        self.logs: dict = {}
+        self.bye = None
+        self.stop = False
+
+    def run(self) -> None:
+        while not self.stop:
+            try:
+                message = self.channel.wait_message(time.monotonic() + 0.1)
+            except ChannelClosed:
+                if self.channel.eof:
+                    return
+                continue
+            if message["t"] == "call":
+                value = serve_call(self.rdv, message["m"], message.get("a"))
+                if "id" in message:
+                    self.channel.send({"t": "ret", "id": message["id"], "v": value})
+                    self.channel.flush_until(time.monotonic() + 5)
+            elif message["t"] == "log":
+                key = (message["role"], message["rank"])
+                self.logs[key] = self.logs.get(key, b"") + decode_bytes(message["d"])
+            elif message["t"] == "bye":
+                self.bye = message["code"]
+
+
+@pytest.fixture
+def linked(tmp_path):
+    agent_end, host_end = channel_pair()
+    rdv = FileRendezvous(str(tmp_path))
+    os.makedirs(rdv.layout.tasks_dir)
+    relay = Relay(host_end, rdv)
+    relay.start()
+    yield ChannelRendezvous(agent_end, reply_timeout_s=5, where="the agent on h1"), relay, rdv
+    relay.stop = True
+    relay.join(5)
+
+
+def test_every_call_reaches_the_submit_hosts_files(linked):
+    remote, relay, files = linked
+    remote.publish_scheduler(SchedulerRecord(job_id="j", ip="10.0.0.1", port=9000))
+    assert remote.read_scheduler().address == "10.0.0.1:9000"
+    remote.write_task(TaskRecord(role=Role.WORKER, rank=1, state=TaskState.RUNNING,
+                                 heartbeat=7))
+    # one-way calls keep their order: a later answered call has seen the write
+    assert remote.read_tasks([(Role.WORKER, 1), (Role.SERVER, 0)]).keys() == {(Role.WORKER, 1)}
+    assert files.read_task(Role.WORKER, 1).heartbeat == 7
+    first = AbortRecord(kind=AbortKind.FAILED, reason="worker[1] exited with code 3")
+    assert remote.write_abort(first) is True
+    assert remote.write_abort(AbortRecord(kind=AbortKind.FAILED, reason="later")) is False
+    assert remote.read_abort().reason == "worker[1] exited with code 3"
+    remote.publish_digest(DigestRecord(job_id="j", seq=3))
+    assert remote.read_digest().seq == 3
+    assert remote.append_log(Role.WORKER, 1, b"line 1\n") is True
+    remote.close(0)
+    for _ in range(50):
+        if relay.bye is not None:
+            break
+        time.sleep(0.1)
+    assert relay.bye == 0 and relay.logs[("worker", 1)] == b"line 1\n"
+    assert remote.lost is None
+
+
+def test_a_closed_channel_reads_as_an_abort_naming_the_host(tmp_path):
+    agent_end, host_end = channel_pair()
+    remote = ChannelRendezvous(agent_end, reply_timeout_s=5, where="the agent on h2")
+    host_end.close()  # the ssh session ended
+    abort = remote.read_abort()
+    assert abort.kind is AbortKind.FAILED
+    assert abort.reason.startswith("the agent on h2 lost its connection to the submit host")
+    remote.write_task(TaskRecord(role=Role.SERVER, rank=0, state=TaskState.RUNNING))  # dropped
+    assert remote.read_scheduler() is None and remote.write_abort(abort) is False
+
+
+def test_a_silent_submit_host_is_a_lost_channel_after_the_reply_timeout(tmp_path):
+    agent_end, host_end = channel_pair()  # host_end never answers
+    remote = ChannelRendezvous(agent_end, reply_timeout_s=0.5, where="the agent on h3")
+    started = time.monotonic()
+    assert remote.read_digest() is None
+    assert 0.5 <= time.monotonic() - started < 3
+    assert "no message within the deadline" in remote.read_abort().reason
+    host_end.close()

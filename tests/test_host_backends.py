@@ -1,0 +1,111 @@
+"""The ssh and MPI backends on the namespace test hosts (ci/clusters/hosts-up.sh) with
+stand-in roles, what both must do alike: placement across the hosts, the environment
+(secrets never on a command line), and a failing worker, cancel and Ctrl-C each ending
+the job within 15 s (from the job's own records) with nothing left on any host.
+Backend-specific failures (a host's sshd killed, bad hosts) are in test_ssh.py and
+test_mpi.py."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import sys
+
+import pytest
+
+from .conftest import FAKEROLE, wait_for
+from .hostjobs import (
+    abort_record,
+    all_running,
+    assert_clean,
+    fake_spec,
+    host_addresses,
+    last_end,
+    on_command_lines,
+    records,
+    start_long_job,
+)
+
+BACKENDS = [pytest.param("ssh", marks=pytest.mark.ssh),
+            pytest.param("mpi", marks=pytest.mark.mpi)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_job_spans_the_hosts_and_secrets_never_reach_a_command_line(hosts_cli, hosts_env,
+                                                                     tmp_path, backend):
+    out = tmp_path / "out"
+    out.mkdir()
+    secret = "s3cr3t-" + secrets.token_hex(8)
+    spec = fake_spec(tmp_path, backend, hosts_env, name="spread",
+                     env={"FAKE_OUT": str(out), "FAKE_SLEEP": "4"})
+    proc = hosts_cli.popen("submit", "--wait", "-b", backend, str(spec),
+                           env={"AWS_SECRET_ACCESS_KEY": secret})
+    run_dir = wait_for(lambda: next(iter(hosts_cli.run_dirs()), None), 60, "the run directory")
+    wait_for(lambda: all_running(run_dir, 5), 90, "every task running")
+    assert on_command_lines(secret) == []
+    # MPI: the environment file is gone once every rank's agent started
+    assert not (run_dir / "mpi" / "environ.json").exists()
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    job = stdout.split()[0]
+    # round-robin from the first host: scheduler, servers, then workers
+    hosts = {key: rec["host"] for key, rec in records(run_dir).items()}
+    assert hosts == {"scheduler-0": "mxbh1", "server-0": "mxbh2", "server-1": "mxbh3",
+                     "worker-0": "mxbh4", "worker-1": "mxbh1"}
+    address = host_addresses(hosts_env)
+    for rank, host in ((0, "mxbh4"), (1, "mxbh1")):
+        env = json.loads((out / f"{rank}.json").read_text())["env"]
+        assert env["AWS_SECRET_ACCESS_KEY"] == secret  # ssh's stdin, or MPI's 0600 file
+        assert env["DMLC_NODE_HOST"] == address[host]
+        assert env["DMLC_PS_ROOT_URI"] == address["mxbh1"]
+        assert env["MXBATCH_JOB_ID"] == job
+    # logs and status work here, on the submit host
+    assert "exited with code 0" in (run_dir / "logs" / "worker-1.log").read_text()
+    assert hosts_cli.status(job)["state"] == "SUCCEEDED"
+    assert_clean(job)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_failing_worker_ends_the_job_within_15s(hosts_cli, hosts_env, tmp_path, backend):
+    spec = fake_spec(tmp_path, backend, hosts_env, name="failing",
+                     env={"FAKE_SLEEP": "3", "FAKE_EXIT": "3"})
+    result = hosts_cli.run("submit", "--wait", "-b", backend, str(spec))
+    assert result.returncode == 1
+    assert "FAILED: worker[" in result.stderr and "exited with code 3" in result.stderr
+    job = result.stdout.split()[0]
+    run_dir = hosts_cli.home / "runs" / job
+    tasks = records(run_dir)
+    failed = min(r["ended_at"] for r in tasks.values() if r["state"] == "FAILED")
+    assert last_end(run_dir) - failed < 15
+    # the others stopped their roles themselves (mpirun did not kill their agents)
+    assert {r["state"] for r in tasks.values()} <= {"FAILED", "CANCELLED"}
+    assert_clean(job)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cancel_stops_every_host_within_15s(hosts_cli, hosts_env, tmp_path, backend):
+    job, run_dir = start_long_job(hosts_cli, hosts_env, tmp_path, backend, "cancelled")
+    result = hosts_cli.run("cancel", job)
+    assert result.returncode == 0, result.stderr
+    status = hosts_cli.status(job)
+    assert status["state"] == "CANCELLED"
+    assert {t["state"] for t in status["tasks"]} == {"CANCELLED"}
+    assert last_end(run_dir) - abort_record(run_dir)["at"] < 15
+    assert_clean(job)
+    assert hosts_cli.run("cancel", job).returncode == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ctrl_c_on_an_attached_launch(hosts_cli, hosts_env, tmp_path, backend):
+    proc = hosts_cli.popen("launch", "-n", "2", "-H", hosts_env["MXBATCH_TEST_HOSTFILE"],
+                           "--launcher", backend, "--grace", "2s", sys.executable,
+                           str(FAKEROLE), env={"FAKE_SLEEP": "300"}, cwd=tmp_path)
+    run_dir = wait_for(lambda: next(iter(hosts_cli.run_dirs()), None), 60, "the run directory")
+    wait_for(lambda: all_running(run_dir, 5), 90, "every task running")
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "CANCELLED: interrupted (Ctrl-C)" in stderr
+    assert last_end(run_dir) - abort_record(run_dir)["at"] < 15
+    assert_clean(stdout.split()[0])

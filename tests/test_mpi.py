@@ -1,0 +1,61 @@
+"""The MPI backend on the namespace test hosts (ci/clusters/hosts-up.sh, Open MPI) with
+stand-in roles, what only MPI does: a host's sshd (orted's session) killed mid-job ends
+the job within 15 s in mpirun's words, which name the host; a bad host fails the
+submission naming the tasks and host that never started. (Placement, secrets, a failing
+worker, cancel and Ctrl-C: test_host_backends.py.) Running mpirun as root is the tests'
+explicit choice (OMPI_ALLOW_RUN_AS_ROOT*)."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+
+import pytest
+
+from .conftest import FAKEROLE, assert_no_processes, task_record
+from .hostjobs import (
+    abort_record,
+    host_addresses,
+    kill,
+    on_command_lines,
+    parent,
+    ssh_session_of,
+    start_long_job,
+)
+
+pytestmark = pytest.mark.mpi
+
+
+def test_killed_sshd_of_a_host_ends_the_job_within_15s(hosts_cli, hosts_env, tmp_path):
+    job, run_dir = start_long_job(hosts_cli, hosts_env, tmp_path, "mpi", "mpisshd")
+    orted = parent(task_record(run_dir, "server", 1)["supervisor_pid"])  # on mxbh3
+    session = ssh_session_of(orted)
+    assert session, "no sshd between mxbh3's orted and its listener"
+    kill(session)
+    killed = time.time()
+    result = hosts_cli.run("wait", job, "--timeout", "60")
+    assert result.returncode == 1
+    assert "mpirun exited with" in result.stderr
+    assert host_addresses(hosts_env)["mxbh3"] in result.stderr  # in mpirun's own words
+    assert abort_record(run_dir)["at"] - killed < 15
+    assert_no_processes(job, timeout=15)
+
+
+@pytest.mark.parametrize("variable,said", [
+    ("MXBATCH_TEST_HOST_NOPYTHON", "python3: command not found"),
+    ("MXBATCH_TEST_HOST_UNKNOWN_KEY", "Host key verification failed"),
+    ("MXBATCH_TEST_HOST_UNREACHABLE", "Connection refused"),
+])
+def test_bad_host_is_named_and_nothing_is_left(hosts_cli, hosts_env, tmp_path, variable, said):
+    bad = hosts_env[variable]
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text(f"mxbh1\n{bad}\n")
+    name = "mpibad-" + secrets.token_hex(3)
+    result = hosts_cli.run("launch", "--name", name, "-n", "1", "-H", str(hostfile),
+                           "--launcher", "mpi", sys.executable, str(FAKEROLE), cwd=tmp_path)
+    assert result.returncode == 3, result.stderr
+    assert f"{bad}: the agent of" in result.stderr and said in result.stderr
+    assert "Traceback" not in result.stderr
+    assert hosts_cli.run_dirs() == []
+    assert on_command_lines(f"/{name}-") == []
