@@ -182,6 +182,32 @@ def test_example_job_on_slurm_with_every_role_in_a_podman_container(home, ctr_en
     assert_no_processes(job)
 
 
+@pytest.mark.ssh
+@pytest.mark.mxnet
+def test_example_job_on_the_ssh_hosts_with_every_role_in_a_podman_container(home, ctr_env,
+                                                                          example):
+    """Through the ssh backend on the namespace test hosts (podman's host network there
+    is the host's own): every role in podman, on distinct host addresses."""
+    cli = Cli(home, dict(cluster_environment("hosts"), **ctr_env))
+    data = yaml.safe_load(example.read_text())
+    check = ('test -f /run/.containerenv && echo "mxbatch-test: $DMLC_ROLE in a podman '
+             'container at $DMLC_NODE_HOST"; exec "$0" "$@"')
+    data["command"] = ["/bin/sh", "-c", check, ctr_env["MXBATCH_TEST_CONTAINER_PYTHON"],
+                       "train_mlp.py", "--kvstore", "dist_sync"]
+    data["container"] = container(ctr_env, "podman")
+    data["backends"] = {"ssh": {"hostfile": cli.env["MXBATCH_TEST_HOSTFILE"]}}
+    spec = write_spec(example, data)
+    result = cli.run("submit", "--backend", "ssh", "--wait", str(spec), env={"EPOCHS": "2"},
+                     timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
+    assert_trained(result.stdout)
+    seen = re.findall(r"mxbatch-test: (\w+) in a podman container at ([\d.]+)", result.stdout)
+    assert len(seen) == 5 and len({address for _, address in seen}) >= 2, seen
+    job = result.stdout.split()[0]
+    assert_no_containers(ctr_env, job)
+    assert_no_processes(job)
+
+
 # --------------------------------------------------------------------------- endings
 
 

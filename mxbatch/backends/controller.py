@@ -222,6 +222,8 @@ class ControlledBackend(Backend[OptionsT, RequestT, ControllerHandle]):
 
     handle_class = ControllerHandle
     poll_interval_s: ClassVar[float] = 0.25
+    #: the hosts' agents run roles in docker, podman or apptainer like any agent
+    role_containers: ClassVar[bool] = True
 
     def __init__(self, options: Optional[OptionsT] = None) -> None:
         super().__init__(options)
