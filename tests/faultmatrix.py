@@ -84,8 +84,52 @@ class Profile:
     occupy: Callable[[int], Callable[[], None]] = None  # type: ignore[assignment]
 
 
+def occupy_on_test_hosts(port: int) -> Callable[[], None]:
+    """Listen on ``port`` in every namespace test host (the Slurm nodes)."""
+    import os
+    import subprocess
+
+    from .conftest import cluster_environment
+
+    env = cluster_environment("hosts")
+    code = ("import socket, sys, time; s = socket.socket(); s.bind(('', %d)); s.listen(1); "
+            "print('ok', flush=True); time.sleep(3600)" % port)
+    listeners = []
+    for host in env["MXBATCH_TEST_HOST_NAMES"].split():
+        proc = subprocess.Popen([env["MXBATCH_TEST_HOSTS_EXEC"], host, sys.executable, "-c",
+                                 code], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True, env=dict(os.environ, **env))
+        proc.stdout.readline()  # listening
+        listeners.append(proc)
+
+    def release() -> None:
+        for proc in listeners:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    return release
+
+
+def _sge_queued(cli, job: str) -> List[str]:
+    from .clusterjobs import sge_queued
+
+    return sge_queued(cli, job)
+
+
+def _slurm_queued(cli, job: str) -> List[str]:
+    from .clusterjobs import slurm_queued
+
+    return slurm_queued(cli, job)
+
+
 PROFILES: Dict[str, Profile] = {
     "local": Profile("local", starved_options="slots: 3", occupy=occupy_here),
+    # tiny.q: 2 slots, only for jobs asking -l small; 2 of the 4 tasks never start
+    "sge": Profile("sge", cluster="sge", options="submitter: qsub",
+                   starved_options="submitter: qsub, native: [-l, small]",
+                   queued=_sge_queued, occupy=occupy_here),
+    # partition tiny: one node with 1 CPU; 3 of the 4 tasks never start
+    "slurm": Profile("slurm", cluster="slurm", starved_options="partition: tiny",
+                     queued=_slurm_queued, occupy=occupy_on_test_hosts),
 }
 
 

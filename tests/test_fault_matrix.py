@@ -14,3 +14,26 @@ FAULTS = pytest.mark.parametrize("fault", list(Fault), ids=[f.name.lower() for f
 def test_local(cli, tmp_path, fault):
     cell = run_cell(cli, PROFILES["local"], fault, tmp_path)
     assert cell.ok, cell.problem
+
+
+@pytest.fixture
+def cluster_cli(request, home):
+    from .conftest import Cli, cluster_environment
+
+    return Cli(home, cluster_environment(request.param))
+
+
+@pytest.mark.sge
+@FAULTS
+@pytest.mark.parametrize("cluster_cli", ["sge"], indirect=True)
+def test_sge(cluster_cli, tmp_path, fault):
+    cell = run_cell(cluster_cli, PROFILES["sge"], fault, tmp_path)
+    assert cell.ok, cell.problem
+
+
+@pytest.mark.slurm
+@FAULTS
+@pytest.mark.parametrize("cluster_cli", ["slurm"], indirect=True)
+def test_slurm(cluster_cli, tmp_path, fault):
+    cell = run_cell(cluster_cli, PROFILES["slurm"], fault, tmp_path)
+    assert cell.ok, cell.problem
