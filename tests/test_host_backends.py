@@ -45,7 +45,9 @@ def test_job_spans_the_hosts_and_secrets_never_reach_a_command_line(hosts_cli, h
     wait_for(lambda: all_running(run_dir, 5), 90, "every task running")
     assert on_command_lines(secret) == []
     # MPI: the environment file is gone once every rank's agent started
-    assert not (run_dir / "mpi" / "environ.json").exists()
+    # (the controller sees the agents' start records within its polling interval)
+    wait_for(lambda: not (run_dir / "mpi" / "environ.json").exists(), 30,
+             "the MPI environment file removed")
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
     job = stdout.split()[0]

@@ -174,6 +174,18 @@ def test_watch_names_the_stalled_task_and_everyones_idle_time():
                        wall=5, mono=2) is None
 
 
+def test_a_worker_seen_stopped_just_after_its_last_progress_is_named_stopped():
+    """Under load the sampler sees the stop a moment after the last CPU tick, so the
+    idle time reaches the timeout before the stopped time: still a stopped process."""
+    plan = small_plan()
+    records = {(WORKER, 1): running(WORKER, 1, idle_s=20.4, stopped_s=19.6)}
+    abort = JobWatch(plan, by="scheduler[0]").check(records, wall=5, mono=0)
+    assert abort.reason.startswith("worker[1] stalled: its process has been stopped "
+                                   "(SIGSTOP or frozen): no CPU and no output for 20s")
+    server = {(SERVER, 0): running(SERVER, 0, idle_s=50, stopped_s=1)}
+    assert JobWatch(plan, by="scheduler[0]").check(server, wall=5, mono=0) is None
+
+
 def test_watch_decides_when_workers_are_done_and_digests_say_so():
     plan = small_plan()
     watch = JobWatch(plan, by="scheduler[0]")

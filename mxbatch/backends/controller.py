@@ -85,6 +85,7 @@ class Controller(abc.ABC):
         self._abort_seen: Optional[float] = None
         self._terminated = False
         self._next_abort_read = 0.0
+        self._previous_handlers: Optional[Dict[int, Any]] = None
 
     # ------------------------------------------------------------------ subclasses
     @abc.abstractmethod
@@ -111,12 +112,35 @@ class Controller(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """The job has ended: release what is left (files with secrets...)."""
 
+    # ------------------------------------------------------------------ signals
+    def take_signals(self) -> None:
+        """From now on SIGINT, SIGTERM and SIGHUP cancel the job (``run`` acts on them)
+        instead of interrupting this process. Called before ``prepare`` when the
+        controller runs in the CLI, so a Ctrl-C while the hosts start is never lost
+        between the submission and the loop. Idempotent; ``release_signals`` undoes it."""
+        if self._previous_handlers is None:
+            self._previous_handlers = {signum: signal.signal(signum, self._on_signal)
+                                       for signum in _SIGNALS}
+
+    def release_signals(self) -> None:
+        """Give the signals back to the handlers from before ``take_signals``."""
+        if self._previous_handlers is not None:
+            for signum, handler in self._previous_handlers.items():
+                signal.signal(signum, handler)
+            self._previous_handlers = None
+
+    @property
+    def interrupted(self) -> bool:
+        """A signal has asked to cancel the job (``prepare`` stops waiting then)."""
+        return self._signalled is not None or self.signal_received is not None
+
     # ------------------------------------------------------------------ the loop
     def run(self, on_tick: Optional[Callable[[], None]] = None) -> Optional[str]:
         """Start the roles and supervise until every host has ended; the name of the
         signal that cancelled the job, if one did."""
-        previous = {signum: signal.signal(signum, self._on_signal) for signum in _SIGNALS}
+        self.take_signals()
         try:
+            self._handle_signal()  # one that came while the hosts were prepared
             self.start()
             while self.step(0.05):
                 self._handle_signal()
@@ -126,8 +150,7 @@ class Controller(abc.ABC):
             if on_tick is not None:
                 on_tick()
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            self.release_signals()
             self.close()
         return self.signal_received
 
@@ -256,6 +279,8 @@ class ControlledBackend(Backend[OptionsT, RequestT, ControllerHandle]):
                rollback: Rollback) -> ControllerHandle:
         if request.attached:
             controller = self.make_controller(request.plan.run, self.controller_config(request))
+            controller.take_signals()
+            rollback.push("the job's signal handlers", controller.release_signals)
             rollback.push("the job's connections", controller.abandon)
             controller.prepare()
             self._attached = controller

@@ -239,7 +239,7 @@ class MpiController(Controller):
                 env=dict(os.environ, MXBATCH_JOB_ID=self.plan.job_id),
                 preexec_fn=die_with_parent)
         deadline = time.monotonic() + self.setup.start_timeout_s
-        while True:
+        while not self.interrupted:  # a Ctrl-C meanwhile: ``run`` cancels the job
             missing = self._not_started()
             if not missing:
                 break

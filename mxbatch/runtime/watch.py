@@ -107,6 +107,9 @@ def stalled(record: TaskRecord, timeout_s: float) -> Optional[str]:
     if record.stopped_s >= timeout_s:
         return "its process has been stopped (SIGSTOP or frozen) for %ds" % record.stopped_s
     if record.role is Role.WORKER and record.idle_s >= timeout_s:
+        if record.stopped_s > 0:  # idle since just before it was seen stopped
+            return ("its process has been stopped (SIGSTOP or frozen): no CPU and no "
+                    "output for %ds" % record.idle_s)
         return "it has used no CPU and written no output for %ds" % record.idle_s
     return None
 
