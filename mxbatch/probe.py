@@ -119,7 +119,12 @@ def probe_checks(spec: JobSpec, backend_name: str, timeout: float) -> List[Check
         backend, request = jobs.prepare(probe_spec(spec, workdir, timeout, python),
                                         backend_name)
         started = time.time()
-        record = jobs.submit(backend, request)
+        try:
+            record = jobs.submit(backend, request)
+        except MxbatchError as exc:  # refused or could not start: nothing is left of it
+            return [failed(name, f"the probe job could not be submitted: {exc.message}",
+                           "fix what the backend says above, then run mxbatch doctor "
+                           "again")]
         try:
             status = follow(backend, record, stream_logs=False, echo=lambda _: None,
                             timeout=timeout)

@@ -186,3 +186,23 @@ def test_ssh_and_mpirun_checks_against_the_test_hosts():
         assert not check.ok and check.fix, check
     if shutil.which("mpirun"):
         assert doctor.mpirun_check().ok
+
+
+@pytest.mark.mpi
+def test_a_probe_job_the_backend_refuses_is_a_failed_check(home, tmp_path):
+    """mpirun refusing root (no OMPI_ALLOW_RUN_AS_ROOT*): the probe check fails in
+    mpirun's words with its fix; doctor exits 1, no traceback, nothing left."""
+    env = {k: v for k, v in cluster_environment("hosts").items()
+           if not k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
+    cli = Cli(home, base_env=env)
+    spec = write_spec(tmp_path / "site.yaml",
+                      f"command: python3\nbackends: {{mpi: {{hostfile: "
+                      f"{env['MXBATCH_TEST_HOSTFILE']}}}}}\n")
+    document = _doctor(cli, "--backend", "mpi", str(spec))
+    probe = _by_name(document)["probe job"]
+    if probe["outcome"] == "pass":
+        pytest.skip("not running as root")
+    assert probe["outcome"] == "fail"
+    assert "the probe job could not be submitted" in probe["detail"]
+    assert "attempt to run as root" in probe["detail"] and probe["fix"]
+    assert cli.run_dirs() == []

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from .conftest import FAKEROLE, assert_no_processes, task_record
+from .conftest import FAKEROLE, Cli, assert_no_processes, task_record
 from .hostjobs import (
     abort_record,
     host_addresses,
@@ -59,3 +59,18 @@ def test_bad_host_is_named_and_nothing_is_left(hosts_cli, hosts_env, tmp_path, v
     assert "Traceback" not in result.stderr
     assert hosts_cli.run_dirs() == []
     assert on_command_lines(f"/{name}-") == []
+
+
+def test_mpirun_refusing_root_says_how_to_allow_it(home, hosts_env, tmp_path):
+    """Without OMPI_ALLOW_RUN_AS_ROOT* mpirun refuses root: exit 3 in its words plus
+    what to set (the tests run as root; mxbatch never allows it by itself)."""
+    env = {k: v for k, v in hosts_env.items() if not k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
+    cli = Cli(home, base_env=env)
+    result = cli.run("launch", "-n", "1", "-H", hosts_env["MXBATCH_TEST_HOSTFILE"],
+                     "--launcher", "mpi", sys.executable, str(FAKEROLE), cwd=tmp_path)
+    if result.returncode == 0:
+        pytest.skip("not running as root")
+    assert result.returncode == 3, result.stderr
+    assert "mpirun has detected an attempt to run as root" in result.stderr
+    assert "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in result.stderr
+    assert "Traceback" not in result.stderr and cli.run_dirs() == []

@@ -421,10 +421,13 @@ def _answer(data: Dict[str, Any]) -> None:
     os.dup2(2, 1)
 
 
-def unavailable(problems: List[Tuple[str, str]], what: str) -> BackendUnavailable:
-    """One error naming every host that failed: ``problems`` = (host, message)."""
+def unavailable(problems: List[Tuple[str, str]], what: str,
+                hint: Optional[str] = None) -> BackendUnavailable:
+    """One error naming every host that failed: ``problems`` = (host, message); then
+    ``hint``, what to do, when there is one."""
     lines = [f"{host}: {message}" for host, message in problems]
-    return BackendUnavailable(f"{what}:\n  " + "\n  ".join(lines) + "\nnothing was started")
+    return BackendUnavailable(f"{what}:\n  " + "\n  ".join(lines) + "\nnothing was started"
+                              + (f"\n{hint}" if hint else ""))
 
 
 if __name__ == "__main__":

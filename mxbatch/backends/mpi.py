@@ -192,6 +192,18 @@ def _remove_quietly(path: str) -> None:
         pass
 
 
+#: what to do about mpirun's refusals that have one known fix: (its words, the fix)
+_HINTS = (
+    ("attempt to run as root",
+     "running MPI jobs as root is your explicit choice: export OMPI_ALLOW_RUN_AS_ROOT=1 "
+     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, or add --allow-run-as-root to backends.mpi.extra"),
+)
+
+
+def _hint(said: str) -> Optional[str]:
+    return next((fix for words, fix in _HINTS if words in said), None)
+
+
 def mpirun_said(log_path: str, lines: int = 4) -> str:
     """What mpirun said, in short: its lines outside its boxed messages, and the first
     line of each box (the boxes go on with generic advice); not the agents' own lines."""
@@ -245,12 +257,12 @@ class MpiController(Controller):
                 break
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self._stop_mpirun()
+                said = mpirun_said(self.log_path)
                 raise unavailable(
                     [(self.setup.task_hosts[i], f"the agent of {self.plan.tasks[i].label} "
                                                 "never started") for i in missing]
-                    + [("mpirun", f"exit {self.proc.returncode}: "
-                                  + mpirun_said(self.log_path))],
-                    "mpirun could not start the job")
+                    + [("mpirun", f"exit {self.proc.returncode}: {said}")],
+                    "mpirun could not start the job", hint=_hint(said))
             time.sleep(0.2)
         _remove_quietly(self.setup.environ_file)
 
