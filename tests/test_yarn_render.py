@@ -547,6 +547,7 @@ def test_render_of_auto_says_whether_it_is_cached(tmp_path):
     Path(env.archive).parent.mkdir()
     Path(env.archive).write_bytes(b"")
     assert "(cached: reused)" in env.describe()
+    assert "every node needs the base Python in /usr/bin" in env.describe()
 
 
 def test_editable_installs_are_named(tmp_path):

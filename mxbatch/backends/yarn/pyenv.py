@@ -88,9 +88,27 @@ class PythonEnv:
             source = f"auto: {self.prefix} packed into {self.archive} ({state})"
         else:
             source = f"archive {self.archive}"
+        needs = ""
+        if self.packer is Packer.VENV_PACK and self.prefix is not None:
+            home = base_home(Path(self.prefix))
+            needs = (f"\nvenv-pack ships no interpreter: every node needs the base Python in "
+                     f"{home}" if home else "")
         return (f"{source}\nunpacked by YARN into {ARCHIVE_DIR}/ in every container; the "
                 f"runtime and the roles run {INTERPRETER}; PATH starts with "
-                f"$PWD/{ARCHIVE_DIR}/bin (python and python3 of the role command)")
+                f"$PWD/{ARCHIVE_DIR}/bin (python and python3 of the role command){needs}")
+
+
+def base_home(prefix: Path) -> Optional[str]:
+    """The base interpreter's directory of a virtualenv (``home`` in ``pyvenv.cfg``)."""
+    try:
+        lines = (prefix / "pyvenv.cfg").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "home":
+            return value.strip()
+    return None
 
 
 def cache_dir() -> Path:
