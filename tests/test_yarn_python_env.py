@@ -6,15 +6,16 @@ later submissions reuse the cached archive."""
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, Tuple
 
 import pytest
 
-from .conftest import Cli
+from .conftest import Cli, cluster_environment
 from .test_mxnet_local import assert_trained
-from .test_yarn import spec_file, yarn, yarn_env  # noqa: F401 (fixtures)
+from .test_yarn import spec_file
 
 pytestmark = [pytest.mark.yarn, pytest.mark.mxnet]
 
@@ -36,6 +37,24 @@ sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 '''
 LINE = re.compile(r"PYENV prefix=(\S+) executable=(\S+) python3=(\S+) container=(\S+)")
+
+
+@pytest.fixture(scope="module")
+def yarn_env(tmp_path_factory):
+    """The cluster's environment with a skein driver of this module's own (a private
+    SKEIN_CONFIG): other test runs on the same cluster start and stop theirs."""
+    env = dict(cluster_environment("yarn"), SKEIN_CONFIG=str(tmp_path_factory.mktemp("skein")))
+    skein = Path(sys.executable).with_name("skein")
+    command = [str(skein)] if skein.exists() else ["skein"]
+    subprocess.run(command + ["driver", "start"], env=env, check=True, capture_output=True,
+                   timeout=120)
+    yield env
+    subprocess.run(command + ["driver", "stop"], env=env, capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def yarn(home, yarn_env) -> Cli:
+    return Cli(home, yarn_env)
 
 
 def env_spec(tmp_path: Path, python_env: str, name: str) -> Path:
@@ -79,7 +98,7 @@ def assert_shipped_python(cli: Cli, job: str) -> Dict[Tuple[str, int], str]:
     return prefixes
 
 
-def test_archive_built_here_runs_every_role(yarn, tmp_path):  # noqa: F811
+def test_archive_built_here_runs_every_role(yarn, tmp_path):
     venv_pack = pytest.importorskip("venv_pack")
     assert sys.prefix != sys.base_prefix, "the tests run from a virtualenv (mxnet, mxbatch)"
     archive = tmp_path / "env.tar.gz"
@@ -89,7 +108,7 @@ def test_archive_built_here_runs_every_role(yarn, tmp_path):  # noqa: F811
     assert_shipped_python(yarn, job)
 
 
-def test_auto_packs_once_and_later_submissions_reuse_it(yarn, tmp_path):  # noqa: F811
+def test_auto_packs_once_and_later_submissions_reuse_it(yarn, tmp_path):
     spec = env_spec(tmp_path, "auto", "yarn-pyenv-auto")
     job, stderr = submit(yarn, spec)
     assert f"packing the Python environment {sys.prefix} with venv-pack" in stderr
