@@ -16,12 +16,17 @@ One application per job with three services, ``scheduler`` (1 instance),
   unless ``backends.yarn.ship_workdir`` is false (it is then used in place and must
   be on storage every node mounts at the same path).
 
+- ``python-env``: with ``backends.yarn.python_env``, the shipped Python environment
+  (a skein archive file, unpacked by YARN; see ``pyenv``).
+
 Supervisors keep their rendezvous in skein's key-value store
-(``--kv-store mxbatch.backends.yarn_kv:container_store``), so the plan's Python
-(the submitter's, by absolute path) must exist on every node with ``mxbatch[yarn]``
-installed, as the roles' Python does anyway (or inside the Docker image, e.g. a
-read-only mount of the venv). The role logs go to the container's YARN log
-directory (``logs`` is a link to it), where the NodeManager serves them.
+(``--kv-store mxbatch.backends.yarn_kv:container_store``), so the Python they run
+needs ``mxbatch[yarn]``: the shipped environment's ``python-env/bin/python`` (which
+also leads the roles' ``PATH``), else the plan's Python (the submitter's, by absolute
+path), which must then exist on every node, as the roles' Python does anyway (or
+inside the Docker image, e.g. a read-only mount of the venv). The role logs go to the
+container's YARN log directory (``logs`` is a link to it), where the NodeManager
+serves them.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from ...runtime.planfile import RunPlan, TaskInfo
 from ...runtime.roles import Role
 from ...schema import ContainerSpec
 from ...typed import Seconds, option
+from .pyenv import ARCHIVE_DIR, INTERPRETER
 
 #: memory of a container whose role's spec sets none
 DEFAULT_MEMORY_MIB = 1024
@@ -78,6 +84,10 @@ class YarnOptions:
                                       "(false: use it in place, on shared storage)")
     connect_timeout: Seconds = option(Seconds(20.0), "how long to wait for the "
                                                      "ResourceManager to answer")
+    python_env: Optional[str] = option(
+        None, "the Python every container runs: a venv-pack or conda-pack archive "
+              "(relative to the spec file), or auto (this environment, packed once and "
+              "cached); null: the submitter's interpreter path, on every node")
 
 
 def application_tags(plan: JobPlan, options: YarnOptions) -> List[str]:
@@ -86,10 +96,15 @@ def application_tags(plan: JobPlan, options: YarnOptions) -> List[str]:
                    *(t.lower() for t in options.tags)})
 
 
-def container_plan(run: RunPlan, ship_workdir: bool) -> RunPlan:
-    """The plan as containers see it: paths relative to the container's directory."""
-    return dataclasses.replace(run, run_dir=".",
-                               workdir=WORKDIR_FILE if ship_workdir else run.workdir)
+def container_plan(run: RunPlan, ship_workdir: bool, python_env: bool = False) -> RunPlan:
+    """The plan as containers see it: paths relative to the container's directory;
+    with a shipped ``python_env``, its interpreter, and no submitter's ``PATH`` to
+    restore in the roles (the container script's, which the environment leads)."""
+    shipped = dataclasses.replace(run, run_dir=".",
+                                  workdir=WORKDIR_FILE if ship_workdir else run.workdir)
+    if python_env:
+        shipped = dataclasses.replace(shipped, python=INTERPRETER, submit_path=None)
+    return shipped
 
 
 def inherited_environment(run: RunPlan, environ: Mapping[str, str]) -> Dict[str, str]:
@@ -127,12 +142,15 @@ def docker_environment(container: ContainerSpec) -> Dict[str, str]:
     return env
 
 
-def container_script(run: RunPlan, role: Role) -> str:
+def container_script(run: RunPlan, role: Role, python_env: bool = False) -> str:
     """The bash script of one service: find the task from the container index, link
-    ``logs`` to YARN's log directory, load the environment, run the supervisor."""
+    ``logs`` to YARN's log directory, load the environment (with a shipped
+    ``python_env``: its ``bin`` first on ``PATH``), run the supervisor."""
     tasks = run.tasks_of(role)
     first = tasks[0].index
-    python = quote(run.python)
+    python = INTERPRETER if python_env else quote(run.python)
+    shipped = ([f'export PATH="$PWD/{ARCHIVE_DIR}/bin:$PATH" VIRTUAL_ENV="$PWD/{ARCHIVE_DIR}"',
+                "unset PYTHONHOME"] if python_env else [])
     return "\n".join([
         f"# mxbatch job {run.job_id}: container {role.value}_<i> runs task {first}+i "
         f"({role.value}[i])",
@@ -145,6 +163,7 @@ def container_script(run: RunPlan, role: Role) -> str:
         "fi",
         'ln -sfn "${LOG_DIRS%%,*}" logs',
         f". ./{ENV_FILE}",
+        *shipped,
         f"exec {python} {RUNTIME_FILE} run . --task $(({first} + i)) "
         f"--kv-store {KV_STORE_FACTORY}",
     ]) + "\n"
@@ -165,25 +184,36 @@ class ShippedFiles:
     plan: str
     env: str
     workdir: Optional[str]
+    #: the Python environment archive (``backends.yarn.python_env``), unpacked by YARN
+    python_env: Optional[str] = None
 
     def as_skein(self) -> Dict[str, Dict[str, str]]:
         files = {RUNTIME_FILE: self.runtime, PLAN_FILE: self.plan, ENV_FILE: self.env}
         if self.workdir:
             files[WORKDIR_FILE] = self.workdir
-        return {target: {"source": source, "type": "file"} for target, source in files.items()}
+        shipped = {target: {"source": source, "type": "file"}
+                   for target, source in files.items()}
+        if self.python_env:
+            shipped[ARCHIVE_DIR] = {"source": self.python_env, "type": "archive"}
+        return shipped
 
 
-def shipped_files(plan: JobPlan, options: YarnOptions) -> ShippedFiles:
-    """Where ``submit`` writes the container files (``<run_dir>/yarn/``) and the workdir."""
+def shipped_files(plan: JobPlan, options: YarnOptions,
+                  python_env: Optional[str] = None) -> ShippedFiles:
+    """Where ``submit`` writes the container files (``<run_dir>/yarn/``), the workdir,
+    and ``python_env``: the resolved archive of ``options.python_env`` (``pyenv``)."""
     layout = plan.run.layout
     return ShippedFiles(runtime=layout.runtime, plan=layout.backend_file(STATE_DIR, PLAN_FILE),
                         env=layout.backend_file(STATE_DIR, ENV_FILE),
-                        workdir=plan.run.workdir if options.ship_workdir else None)
+                        workdir=plan.run.workdir if options.ship_workdir else None,
+                        python_env=python_env)
 
 
-def application_spec(plan: JobPlan, options: YarnOptions) -> Dict[str, Any]:
-    """The skein ``ApplicationSpec`` of ``plan`` as a dict (``ApplicationSpec.from_dict``)."""
-    files = shipped_files(plan, options).as_skein()
+def application_spec(plan: JobPlan, options: YarnOptions,
+                     python_env: Optional[str] = None) -> Dict[str, Any]:
+    """The skein ``ApplicationSpec`` of ``plan`` as a dict (``ApplicationSpec.from_dict``);
+    ``python_env``: the local path of the environment archive every container runs."""
+    files = shipped_files(plan, options, python_env).as_skein()
     service_env = {"MXBATCH_JOB_ID": plan.job_id}
     if plan.spec.container is not None:
         service_env.update(docker_environment(plan.spec.container))
@@ -198,7 +228,7 @@ def application_spec(plan: JobPlan, options: YarnOptions) -> Dict[str, Any]:
             "resources": _resources(tasks[0]),
             "files": files,
             "env": dict(service_env),
-            "script": container_script(plan.run, role),
+            "script": container_script(plan.run, role, python_env is not None),
         }
     return {
         "name": plan.job_id,

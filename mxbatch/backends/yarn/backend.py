@@ -1,9 +1,12 @@
 """YARN backend: one skein application per job (see ``appspec`` for its layout).
 
-- ``render`` builds the skein specification as plain data: no skein, no cluster.
+- ``render`` builds the skein specification as plain data: no skein, no cluster
+  (``backends.yarn.python_env: auto`` reads which distributions this environment has,
+  to name its cached archive; ``pyenv``).
 - ``launch`` (after ``submit`` created the local run directory, the record's home
   and the source of the shipped files, and ``prepare_run_dir`` wrote the
-  container files into it) checks that the ResourceManager answers and that every
+  container files into it) packs the Python environment if ``auto`` has none cached
+  yet, checks that the ResourceManager answers and that every
   container fits on some NodeManager, and submits through this process's one
   skein driver (``yarn_client``). YARN's refusals (unknown queue...) are
   ``SubmissionRejected`` (exit 2) in YARN's words; nothing stays behind.
@@ -35,7 +38,8 @@ from ...schema import ContainerRuntime
 from ...status import JobState, JobStatus, NativeState, TaskKey, merge
 from ...typed import to_data
 from ..base import Backend, Handle, LogReader, RenderedItem, Request, Rollback, load_run_plan
-from . import appspec, client
+from ..hostfile import spec_dir
+from . import appspec, client, pyenv
 from .app import YarnJob, abort_from_report
 from .appspec import YarnOptions
 from .logs import LogFollower, fetch
@@ -54,12 +58,17 @@ class YarnRequest(Request):
     env_file: str = ""
     container_plan: str = ""
     inherited: Tuple[str, ...] = ()
+    python_env: Optional[pyenv.PythonEnv] = None
 
     def native_items(self) -> List[RenderedItem]:
         run = self.plan.run
         files = self.files
         assert files is not None
-        return [
+        env = self.python_env
+        shipped = ([RenderedItem(f"{pyenv.ARCHIVE_DIR}/ in every container "
+                                 "(backends.yarn.python_env)", env.describe())]
+                   if env is not None else [])
+        return shipped + [
             RenderedItem("skein application specification (skein.Client.submit)",
                          appspec.spec_yaml(self.application)),
             RenderedItem(f"{appspec.PLAN_FILE} in every container ({files.plan})",
@@ -74,7 +83,10 @@ class YarnRequest(Request):
     def native_data(self) -> Dict[str, Any]:
         # the environment file holds the submitter's variables: names only
         return {"application": self.application, "files": to_data(self.files),
-                "inherited": list(self.inherited)}
+                "inherited": list(self.inherited),
+                "python_env": (dict(to_data(self.python_env),
+                                    interpreter=self.python_env.interpreter)
+                               if self.python_env is not None else None)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +132,18 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
                 if not all(part.startswith("/") for part in mount.split(":")[:2]):
                     raise plan.spec.error(("container", "mounts"),
                                           f"YARN mounts absolute paths only, got {mount!r}")
+        self.python_env(plan)
+
+    def python_env(self, plan: JobPlan) -> Optional[pyenv.PythonEnv]:
+        """The environment archive of ``backends.yarn.python_env`` (None: not set);
+        ``SpecError`` at that key if it cannot be used. Packs nothing."""
+        if self.options.python_env is None:
+            return None
+        try:
+            return pyenv.resolve(self.options.python_env, spec_dir(plan))
+        except pyenv.PythonEnvError as exc:
+            raise plan.spec.error(("backends", "yarn", "python_env"), exc.problem,
+                                  exc.hint) from None
 
     def check_environment(self) -> None:
         client.check_tools()
@@ -143,12 +167,16 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
         submitting environment (default: this process's)."""
         inherited = appspec.inherited_environment(
             plan.run, os.environ if environ is None else environ)
-        container_plan = appspec.container_plan(plan.run, self.options.ship_workdir)
-        return YarnRequest(plan=plan, application=appspec.application_spec(plan, self.options),
-                           files=appspec.shipped_files(plan, self.options),
+        python_env = self.python_env(plan)
+        archive = python_env.archive if python_env is not None else None
+        container_plan = appspec.container_plan(plan.run, self.options.ship_workdir,
+                                                python_env is not None)
+        return YarnRequest(plan=plan,
+                           application=appspec.application_spec(plan, self.options, archive),
+                           files=appspec.shipped_files(plan, self.options, archive),
                            env_file=appspec.env_file(inherited),
                            container_plan=container_plan.to_json(),
-                           inherited=tuple(inherited))
+                           inherited=tuple(inherited), python_env=python_env)
 
     # ------------------------------------------------------------------ submitting
     def prepare_run_dir(self, request: YarnRequest, layout: RunLayout) -> None:
@@ -162,6 +190,8 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
         (target / "skein.json").write_text(json.dumps(request.application, indent=1))
 
     def launch(self, request: YarnRequest, layout: RunLayout, rollback: Rollback) -> YarnHandle:
+        if request.python_env is not None:
+            pyenv.ensure_packed(request.python_env)
         driver = client.driver(self.options.connect_timeout)
         self._check_fits(driver, request.application)
         app_id = self._submit_spec(driver, request.application)

@@ -1,0 +1,126 @@
+"""A shipped Python environment on the real YARN test cluster (``backends.yarn.python_env``):
+the example dist_sync job runs every role with the interpreter YARN unpacked into its
+container, not the submitter's virtualenv; ``auto`` packs this environment once and
+later submissions reuse the cached archive."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Tuple
+
+import pytest
+
+from .conftest import Cli, cluster_environment
+from .test_mxnet_local import assert_trained
+from .test_yarn import spec_file
+
+pytestmark = [pytest.mark.yarn, pytest.mark.mxnet]
+
+#: submitting packs and uploads an environment of ~150 MB: minutes on a loaded machine
+SUBMIT_TIMEOUT_S = 900
+TASKS = (("scheduler", 0), ("server", 0), ("server", 1), ("worker", 0), ("worker", 1))
+#: runs the role's script after saying which Python runs it, from where
+WHERE = '''\
+"""Says which Python runs the role, then runs the script given, as the role's command."""
+import os
+import runpy
+import shutil
+import sys
+
+print("PYENV prefix=%s executable=%s python3=%s container=%s" % (
+    sys.prefix, sys.executable, shutil.which("python3"), os.environ.get("CONTAINER_ID")),
+    flush=True)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+LINE = re.compile(r"PYENV prefix=(\S+) executable=(\S+) python3=(\S+) container=(\S+)")
+
+
+@pytest.fixture(scope="module")
+def yarn_env(tmp_path_factory):
+    """The cluster's environment with a skein driver of this module's own (a private
+    SKEIN_CONFIG): other test runs on the same cluster start and stop theirs."""
+    env = dict(cluster_environment("yarn"), SKEIN_CONFIG=str(tmp_path_factory.mktemp("skein")))
+    skein = Path(sys.executable).with_name("skein")
+    command = [str(skein)] if skein.exists() else ["skein"]
+    subprocess.run(command + ["driver", "start"], env=env, check=True, capture_output=True,
+                   timeout=120)
+    yield env
+    subprocess.run(command + ["driver", "stop"], env=env, capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def yarn(home, yarn_env) -> Cli:
+    return Cli(home, yarn_env)
+
+
+def env_spec(tmp_path: Path, python_env: str, name: str) -> Path:
+    """The example job (1G containers) with ``python_env``, every role through WHERE."""
+    path = spec_file(tmp_path, f"python_env: {python_env}", name=name)
+    (tmp_path / f"{name}-workdir" / "where.py").write_text(WHERE)
+    text = path.read_text().replace("command: python3 train_mlp.py",
+                                    "command: python3 where.py train_mlp.py")
+    path.write_text(text)
+    return path
+
+
+def submit(cli: Cli, spec: Path) -> Tuple[str, str]:
+    """``submit --wait`` of the example job: (job id, stderr); it trained."""
+    result = cli.run("submit", "--backend", "yarn", "--wait", str(spec), env={"EPOCHS": "2"},
+                     timeout=SUBMIT_TIMEOUT_S)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_trained(result.stdout)
+    return result.stdout.split()[0], result.stderr
+
+
+def assert_shipped_python(cli: Cli, job: str) -> Dict[Tuple[str, int], str]:
+    """Every role ran the interpreter of ``python-env/`` in its own container's
+    directory (and ``python3`` on its PATH was that one), never the submitter's."""
+    prefixes = {}
+    for role, rank in TASKS:
+        logs = cli.run("logs", job, "--role", role, "--rank", str(rank))
+        assert logs.returncode == 0, logs.stderr
+        found = LINE.search(logs.stdout)
+        assert found, (role, rank, logs.stdout[-2000:])
+        prefix, executable, python3, container = found.groups()
+        # YARN's container directory: .../appcache/<application>/<container id>/
+        assert Path(prefix).name == "python-env" and Path(prefix).parent.name == container, \
+            found.group(0)
+        assert "/appcache/application_" in prefix, found.group(0)
+        assert Path(executable).parent == Path(prefix) / "bin", found.group(0)
+        assert python3 == str(Path(prefix) / "bin" / "python3"), found.group(0)
+        assert not prefix.startswith(sys.prefix) and not executable.startswith(sys.prefix)
+        prefixes[(role, rank)] = prefix
+    assert len(set(prefixes.values())) == len(TASKS)  # one unpacked copy per container
+    return prefixes
+
+
+def test_archive_built_here_runs_every_role(yarn, tmp_path):
+    venv_pack = pytest.importorskip("venv_pack")
+    assert sys.prefix != sys.base_prefix, "the tests run from a virtualenv (mxnet, mxbatch)"
+    archive = tmp_path / "env.tar.gz"
+    venv_pack.pack(prefix=sys.prefix, output=str(archive), verbose=False)
+    job, stderr = submit(yarn, env_spec(tmp_path, str(archive), "yarn-pyenv"))
+    assert "packing the Python environment" not in stderr
+    assert_shipped_python(yarn, job)
+
+
+def test_auto_packs_once_and_later_submissions_reuse_it(yarn, tmp_path):
+    spec = env_spec(tmp_path, "auto", "yarn-pyenv-auto")
+    job, stderr = submit(yarn, spec)
+    assert f"packing the Python environment {sys.prefix} with venv-pack" in stderr
+    cache = yarn.home / "cache" / "python-env"
+    archives = list(cache.iterdir())
+    assert len(archives) == 1 and archives[0].name.endswith(".tar.gz"), archives
+    packed = archives[0].stat()
+    assert_shipped_python(yarn, job)
+
+    again, stderr = submit(yarn, spec)
+    assert "packing the Python environment" not in stderr
+    assert f"reusing the packed Python environment {archives[0]}" in stderr
+    assert list(cache.iterdir()) == archives
+    assert archives[0].stat().st_mtime_ns == packed.st_mtime_ns  # not packed again
+    assert_shipped_python(yarn, again)
