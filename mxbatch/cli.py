@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import signal
 import sys
 import time
@@ -16,6 +17,7 @@ from . import spec as specs
 from .completion import backend_names, job_ids, profile_names
 from .errors import ExitCode, MxbatchError
 from .follow import LogTail, follow, supervise
+from .internal import internal_error
 from .runtime.roles import Role
 from .schema import DEFAULT_BACKEND
 from .status import JobState, JobStatus
@@ -38,7 +40,37 @@ def _err(message: str) -> None:
     click.echo(message, err=True)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """The ``mxbatch`` group: the one place that turns every exception into an exit code.
+
+    MxbatchError and click's own exceptions keep their messages and codes; Ctrl-C that
+    no command handled exits 130 (``ExitCode.INTERRUPTED``, not click's "Aborted!" and
+    1); anything else is a bug of mxbatch: a one-paragraph message, the traceback in a
+    log file (:mod:`mxbatch.internal`) and ``ExitCode.INTERNAL``.
+    """
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            raise MxbatchError("interrupted", ExitCode.INTERRUPTED) from None
+        except Exception as exc:
+            if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
+                raise  # stdout closed early (``| head``): click ends quietly
+            raise internal_error(exc) from None
+
+    def main(self, *args, **kwargs):
+        try:
+            return super().main(*args, **kwargs)
+        except Exception as exc:  # outside invoke: parsing the command line, completion
+            error = internal_error(exc)
+            error.show()
+            sys.exit(error.exit_code)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="mxbatch")
 def main() -> None:
     """Run MXNet parameter-server training jobs (scheduler, servers, workers)."""
