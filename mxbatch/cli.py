@@ -15,7 +15,7 @@ from . import __version__, jobs, jsonout, launchcli, records
 from . import config as siteconfig
 from . import spec as specs
 from .completion import backend_names, job_ids, profile_names
-from .errors import ExitCode, MxbatchError
+from .errors import ExitCode, JobNotFound, MxbatchError
 from .follow import LogTail, follow, supervise
 from .internal import internal_error
 from .runtime.roles import Role
@@ -295,19 +295,21 @@ def status(job_id: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("job_id", shell_complete=job_ids)
-@click.option("--role", type=click.Choice([r.value for r in Role]), default=None)
-@click.option("--rank", type=int, default=None)
+@click.option("--role", type=click.Choice([r.value for r in Role]), default=None,
+              help="Only this role's tasks (without -f and --rank: its rank 0).")
+@click.option("--rank", type=int, default=None,
+              help="Only tasks of this rank; a task the job does not have is an error (exit 4).")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the job ends.")
 def logs(job_id: str, role: Optional[str], rank: Optional[int], follow: bool) -> None:
     """Print the logs of JOB_ID (all tasks prefixed, or one task)."""
     record = records.load(job_id)
     backend = jobs.backend_for_record(record)
+    plan_tasks = _chosen_tasks(record, role, rank)
     if role is not None and not follow:
-        for line in backend.logs(record, Role(role), rank or 0):
+        task = min(plan_tasks, key=lambda t: t.rank)  # --role alone: its rank 0
+        for line in backend.logs(record, task.role, task.rank):
             click.echo(line, nl=False)
         return
-    plan_tasks = [t for t in _plan_tasks(record)
-                  if (role is None or t.role == role) and (rank is None or t.rank == rank)]
     width = max([len(t.label) for t in plan_tasks] or [1])
     tails = [LogTail(Path(record.layout.task_log(t.role.value, t.rank)),
                      f"{t.label:<{width}} | ", backend.log_reader(record, t.role, t.rank))
@@ -326,6 +328,19 @@ def _plan_tasks(record: records.JobRecord):
     from .backends.base import load_run_plan
 
     return load_run_plan(record).tasks
+
+
+def _chosen_tasks(record: records.JobRecord, role: Optional[str], rank: Optional[int]):
+    """The job's tasks that ``--role``/``--rank`` select; JobNotFound (exit 4) naming the
+    job's tasks when they select none."""
+    tasks = _plan_tasks(record)
+    chosen = [t for t in tasks
+              if (role is None or t.role == role) and (rank is None or t.rank == rank)]
+    if not chosen:
+        wanted = f"{role or 'any role'}[{'any rank' if rank is None else rank}]"
+        raise JobNotFound(f"job {record.job_id} has no task {wanted}; its tasks: "
+                          + ", ".join(t.label for t in tasks))
+    return chosen
 
 
 @main.command()

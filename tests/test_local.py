@@ -207,6 +207,13 @@ def test_status_logs_and_list(cli, tmp_path):
     listing = cli.run("list").stdout
     assert job in listing and "SUCCEEDED" in listing
     assert cli.run("status", "no-such-job").returncode == 4
+    for args in (("--role", "worker", "--rank", "7"), ("--rank", "7"),
+                 ("--role", "worker", "--rank", "7", "-f")):
+        missing = cli.run("logs", job, *args)
+        assert missing.returncode == 4 and missing.stdout == "", missing.stderr
+        assert "has no task" in missing.stderr and "Traceback" not in missing.stderr
+        assert "scheduler[0], server[0], worker[0], worker[1]" in missing.stderr, \
+            missing.stderr
 
 
 def test_render_prints_tasks_without_creating_anything(cli, tmp_path):
