@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import signal
 import sys
@@ -18,6 +19,7 @@ from .completion import backend_names, job_ids, profile_names
 from .errors import ExitCode, JobNotFound, MxbatchError
 from .follow import LogTail, follow, supervise
 from .internal import internal_error
+from .interrupts import HeldSignals
 from .runtime.roles import Role
 from .schema import DEFAULT_BACKEND
 from .status import JobState, JobStatus
@@ -119,19 +121,23 @@ def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Op
                              as_json: bool = False) -> None:
     backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers)
     attached = backend.attach(request) if wait else None
-    record = jobs.submit(backend, attached or request)
-    if as_json and not wait:
-        click.echo(jsonout.dumps(jsonout.document(_record_data(record))))
-    elif not as_json:
-        click.echo(record.job_id)
-    _err(f"mxbatch: submitted {record.job_id} to {record.backend}; "
-         f"run directory {record.run_dir}")
-    if attached is not None:
-        _supervise_and_exit(backend, record, stream_logs=not quiet and not as_json,
-                            quiet=quiet, as_json=as_json)
-    elif wait:
-        _follow_and_exit(backend, record, stream_logs=not quiet and not as_json, timeout=None,
-                         cancel_on_interrupt=True, quiet=quiet, as_json=as_json)
+    # from here until the job is supervised (or followed), Ctrl-C is held back so that
+    # it cancels the job whenever it comes (mxbatch.interrupts)
+    with HeldSignals() if wait else contextlib.nullcontext() as held:
+        record = jobs.submit(backend, attached or request)
+        if as_json and not wait:
+            click.echo(jsonout.dumps(jsonout.document(_record_data(record))))
+        elif not as_json:
+            click.echo(record.job_id)
+        _err(f"mxbatch: submitted {record.job_id} to {record.backend}; "
+             f"run directory {record.run_dir}")
+        if attached is not None:
+            _supervise_and_exit(backend, record, held, stream_logs=not quiet and not as_json,
+                                quiet=quiet, as_json=as_json)
+        elif wait:
+            _follow_and_exit(backend, record, stream_logs=not quiet and not as_json,
+                             timeout=None, cancel_on_interrupt=True, quiet=quiet,
+                             as_json=as_json, held=held)
 
 
 def _record_data(record: records.JobRecord) -> dict:
@@ -144,9 +150,10 @@ def _print_final(record: records.JobRecord, status: JobStatus) -> None:
     click.echo(jsonout.dumps(jsonout.document(dict(_record_data(record), **status.to_dict()))))
 
 
-def _supervise_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
-                        quiet: bool = False, as_json: bool = False) -> None:
-    """This process supervises the job (the local backend attached): Ctrl-C cancels it."""
+def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *,
+                        stream_logs: bool, quiet: bool = False, as_json: bool = False) -> None:
+    """This process supervises the job (the local backend attached): Ctrl-C cancels it.
+    ``held`` holds signals back until the supervisor has installed its handlers."""
     from .progress import Progress, choose_mode
 
     started = time.time()
@@ -154,8 +161,8 @@ def _supervise_and_exit(backend, record: records.JobRecord, *, stream_logs: bool
     try:
         status, interrupted = supervise(backend, record, stream_logs=stream_logs,
                                         echo=progress.wrap(click.echo),
-                                        on_status=progress.on_status)
-    except KeyboardInterrupt:  # before the agent took over the signals
+                                        on_status=progress.on_status, held=held)
+    except KeyboardInterrupt:  # a second Ctrl-C before the supervisor took the signals
         progress.clear()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         backend.cancel(record)
@@ -173,12 +180,17 @@ def _supervise_and_exit(backend, record: records.JobRecord, *, stream_logs: bool
 
 def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
                      timeout: Optional[float], cancel_on_interrupt: bool,
-                     quiet: bool = False, as_json: bool = False) -> None:
+                     quiet: bool = False, as_json: bool = False,
+                     held: Optional[HeldSignals] = None) -> None:
+    """Follow the job until it ends; Ctrl-C cancels it (``cancel_on_interrupt``) or
+    leaves it running. ``held``: signals held back since the submission, released here."""
     from .progress import Progress, choose_mode
 
     started = time.time()
     progress = Progress(choose_mode(sys.stderr, quiet), sys.stderr, record.submitted_at)
     try:
+        if held is not None:
+            held.release()  # a Ctrl-C held back meanwhile: KeyboardInterrupt now
         status = follow(backend, record, stream_logs=stream_logs,
                         echo=progress.wrap(click.echo), timeout=timeout,
                         on_status=progress.on_status)

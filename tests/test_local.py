@@ -178,17 +178,45 @@ def test_walltime_is_enforced(cli, tmp_path):
     assert_no_processes(result.stdout.split()[0])
 
 
-def test_ctrl_c_on_attached_submit_cancels(cli, tmp_path):
-    spec = fake_spec(tmp_path, extra="env: {FAKE_SLEEP: '600'}\n")
-    proc = cli.popen("submit", "--wait", str(spec))
+#: when the Ctrl-C tests send SIGINT: at once after the job id is printed (the CLI may
+#: not supervise the job yet), once the scheduler runs (members are starting), once the
+#: worker runs
+CTRL_C_MOMENTS = ("at-once", "scheduler-running", "worker-running")
+
+
+def _running(run_dir: Path, role: str):
+    return lambda: (task_record(run_dir, role, 0) or {}).get("state") == "RUNNING"
+
+
+@pytest.mark.parametrize("moment", CTRL_C_MOMENTS)
+@pytest.mark.parametrize("command", ["submit", "launch"])
+def test_ctrl_c_on_attached_submit_cancels(cli, tmp_path, command, moment):
+    """Ctrl-C on ``submit --wait`` or ``launch`` cancels the job whenever it comes:
+    exit 130 within a bounded time, CANCELLED, nothing left. bench/ctrl_c_stress.py
+    runs this many times on a loaded machine (the race it once lost)."""
+    if command == "submit":
+        spec = fake_spec(tmp_path, extra="env: {FAKE_SLEEP: '600'}\n")
+        proc = cli.popen("submit", "--wait", str(spec))
+    else:
+        proc = cli.popen("launch", "-n", "1", "-s", "1", "--grace", "1s", "--",
+                         sys.executable, str(FAKEROLE), env={"FAKE_SLEEP": "600"},
+                         cwd=tmp_path)
     job = proc.stdout.readline().strip()
+    assert job, proc.communicate(timeout=60)[1]
     run_dir = cli.home / "runs" / job
-    wait_for(lambda: (task_record(run_dir, "worker", 0) or {}).get("state") == "RUNNING", 30,
-             "the worker to run")
+    if moment == "scheduler-running":
+        wait_for(_running(run_dir, "scheduler"), 60, "the scheduler to run")
+    elif moment == "worker-running":
+        wait_for(_running(run_dir, "worker"), 60, "the worker to run")
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"mxbatch {command} still running 30 s after SIGINT ({moment}):\n{err}")
     assert proc.returncode == 130, err
-    assert "CANCELLED" in err
+    assert "CANCELLED" in err and "Traceback" not in err, err
     assert cli.status(job)["state"] == "CANCELLED"
     assert_no_processes(job, timeout=0)
 
