@@ -1,5 +1,5 @@
 """``python -m mxbatch`` = the ``mxbatch`` command."""
 
-from .cli import main
+from .entry import run
 
-main(prog_name="mxbatch")
+run()

@@ -63,6 +63,12 @@ class _Main(click.Group):
                 raise  # stdout closed early (``| head``): click ends quietly
             raise internal_error(exc) from None
 
+    def make_context(self, *args, **kwargs) -> click.Context:
+        try:  # parsing the command line: click would say "Aborted!" and exit 1
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise MxbatchError("interrupted", ExitCode.INTERRUPTED) from None
+
     def main(self, *args, **kwargs):
         try:
             return super().main(*args, **kwargs)

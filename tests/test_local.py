@@ -221,6 +221,31 @@ def test_ctrl_c_on_attached_submit_cancels(cli, tmp_path, command, moment):
     assert_no_processes(job, timeout=0)
 
 
+@pytest.mark.parametrize("delay", [0.0, 0.15, 0.4, 0.8])
+def test_ctrl_c_while_starting_exits_130_and_leaves_nothing(cli, tmp_path, delay):
+    """SIGINT at any moment of the start-up (importing, parsing, submitting): exit 130,
+    no traceback; a job it got to submit is CANCELLED with nothing left running. The
+    delays are no synchronisation: they are the moments tried."""
+    proc = cli.popen("launch", "-n", "1", "-s", "1", "--grace", "1s", "--",
+                     sys.executable, str(FAKEROLE), env={"FAKE_SLEEP": "600"}, cwd=tmp_path)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"mxbatch launch still running 30 s after SIGINT:\n{proc.communicate()}")
+    # killed by SIGINT itself (Python's way when the signal comes while it is starting,
+    # or after a KeyboardInterrupt inside exec'd code) is what a shell reports as 130 too
+    assert proc.returncode in (130, -signal.SIGINT), err
+    assert "Traceback" not in err and "Aborted" not in err, err
+    jobs = [path.stem for path in (cli.home / "jobs").glob("*.json")]
+    assert len(jobs) == len(cli.run_dirs()) <= 1
+    for job in jobs:
+        assert job in out and cli.status(job)["state"] == "CANCELLED"
+        assert_no_processes(job, timeout=0)
+
+
 def test_status_logs_and_list(cli, tmp_path):
     spec = fake_spec(tmp_path, workers=2)
     result = cli.run("submit", "--wait", str(spec))

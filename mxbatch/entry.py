@@ -1,0 +1,22 @@
+"""The ``mxbatch`` command's entry point (``mxbatch`` and ``python -m mxbatch``).
+
+It imports the command line itself, so that a Ctrl-C while Python is still importing
+mxbatch exits 130 like any other interrupt, not with a traceback; from then on the
+``mxbatch`` group (``cli.main``) turns every exception into an exit code.
+"""
+
+from __future__ import annotations
+
+import sys
+
+#: ``ExitCode.INTERRUPTED``, without importing mxbatch.errors (and click) first
+_INTERRUPTED = 130
+
+
+def run() -> None:
+    try:
+        from .cli import main
+    except KeyboardInterrupt:
+        sys.stderr.write("\nmxbatch: interrupted\n")
+        sys.exit(_INTERRUPTED)
+    main(prog_name="mxbatch")
