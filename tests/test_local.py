@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import FAKEROLE, assert_no_processes, task_record, wait_for
+from .conftest import FAKEROLE, assert_no_processes, job_times, task_record, wait_for
 
 
 def fake_spec(tmp_path: Path, *, workers: int = 1, servers: int = 1, extra: str = "",
@@ -106,13 +106,15 @@ def test_lingering_servers_are_stopped_after_workers_succeed(cli, tmp_path):
 
 def test_worker_exit_code_fails_the_job_and_names_it(cli, tmp_path):
     spec = fake_spec(tmp_path, workers=2, extra="env: {FAKE_EXIT: '3', FAKE_SLEEP: '0.5'}\n")
-    started = time.time()
     result = cli.run("submit", "--wait", str(spec))
     assert result.returncode == 1
-    assert time.time() - started < 20
     assert "FAILED: worker[" in result.stderr and "exited with code 3" in result.stderr
     assert "logs/worker-" in result.stderr
     job = result.stdout.strip().splitlines()[0]
+    times = job_times(cli.home / "runs" / job)  # the job's own clock, not the CLI's
+    failed = min(r["ended_at"] for label, r in times.tasks.items() if "worker" in label)
+    assert times.abort_at is not None and times.abort_at - failed < 5
+    assert times.last_end - times.abort_at < 1 + 5  # grace 1s
     assert cli.status(job)["state"] == "FAILED"
     assert_no_processes(job)
 
@@ -144,13 +146,13 @@ def test_cancel_detached_job(cli, tmp_path):
 def test_startup_deadline_names_tasks_that_never_started(cli, tmp_path):
     # Two slots for three tasks: the worker never gets one.
     spec = fake_spec(tmp_path, startup="3s", extra="backends: {local: {slots: 2}}\n")
-    started = time.time()
     result = cli.run("submit", "--wait", str(spec))
-    elapsed = time.time() - started
     assert result.returncode == 1
     assert "startup deadline (3s) passed" in result.stderr and "worker[0]" in result.stderr
-    assert elapsed < 3 + 5 + 2
     job = result.stdout.split()[0]
+    times = job_times(cli.home / "runs" / job)  # the job's own clock, not the CLI's
+    assert 0 <= times.abort_at - times.startup_deadline < 5
+    assert times.last_end - times.abort_at < 1 + 5  # grace 1s
     tasks = {t["role"]: t["state"] for t in cli.status(job)["tasks"]}
     assert tasks["worker"] == "CANCELLED"
     assert_no_processes(job)
