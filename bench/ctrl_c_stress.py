@@ -51,6 +51,11 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600,
                         help="seconds one round may take at most")
     args = parser.parse_args()
+    # pytest and the CLIs it starts get Ctrl-C as a terminal's foreground command would,
+    # even when this script runs as a background job (SIGINT ignored); SIGTERM ends this
+    # script through its cleanup (the burners)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     failures: collections.Counter = collections.Counter()
     passed_rounds = 0
     burners = start_burners(args.burners)

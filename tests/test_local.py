@@ -186,6 +186,13 @@ def test_walltime_is_enforced(cli, tmp_path):
 CTRL_C_MOMENTS = ("at-once", "scheduler-running", "worker-running")
 
 
+def _foreground(cli, *args: str, **kwargs) -> subprocess.Popen:
+    """The CLI as a terminal's foreground command, which Ctrl-C reaches: SIGINT at its
+    default even where this test runs with it ignored (a background job of a shell)."""
+    return cli.popen(*args, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                     **kwargs)
+
+
 def _running(run_dir: Path, role: str):
     return lambda: (task_record(run_dir, role, 0) or {}).get("state") == "RUNNING"
 
@@ -198,11 +205,11 @@ def test_ctrl_c_on_attached_submit_cancels(cli, tmp_path, command, moment):
     runs this many times on a loaded machine (the race it once lost)."""
     if command == "submit":
         spec = fake_spec(tmp_path, extra="env: {FAKE_SLEEP: '600'}\n")
-        proc = cli.popen("submit", "--wait", str(spec))
+        proc = _foreground(cli, "submit", "--wait", str(spec))
     else:
-        proc = cli.popen("launch", "-n", "1", "-s", "1", "--grace", "1s", "--",
-                         sys.executable, str(FAKEROLE), env={"FAKE_SLEEP": "600"},
-                         cwd=tmp_path)
+        proc = _foreground(cli, "launch", "-n", "1", "-s", "1", "--grace", "1s", "--",
+                           sys.executable, str(FAKEROLE), env={"FAKE_SLEEP": "600"},
+                           cwd=tmp_path)
     job = proc.stdout.readline().strip()
     assert job, proc.communicate(timeout=60)[1]
     run_dir = cli.home / "runs" / job
@@ -228,8 +235,8 @@ def test_ctrl_c_while_starting_exits_130_and_leaves_nothing(cli, tmp_path, delay
     """SIGINT at any moment of the start-up (importing, parsing, submitting): exit 130,
     no traceback; a job it got to submit is CANCELLED with nothing left running. The
     delays are no synchronisation: they are the moments tried."""
-    proc = cli.popen("launch", "-n", "1", "-s", "1", "--grace", "1s", "--",
-                     sys.executable, str(FAKEROLE), env={"FAKE_SLEEP": "600"}, cwd=tmp_path)
+    proc = _foreground(cli, "launch", "-n", "1", "-s", "1", "--grace", "1s", "--",
+                       sys.executable, str(FAKEROLE), env={"FAKE_SLEEP": "600"}, cwd=tmp_path)
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     try:
