@@ -51,3 +51,14 @@ class BrokenBackend(LocalBackend):
 
     def render(self, plan: JobPlan) -> LocalRequest:
         raise RuntimeError("the broken test plugin fails on purpose")
+
+
+class FollowedBackend(LocalBackend):
+    """``followed``: the local backend that cannot supervise a job in the CLI, as a batch
+    system cannot: ``submit --wait`` starts the detached job manager and follows the job
+    the way it follows an SGE or Slurm job (Ctrl-C cancels it from the follow loop)."""
+
+    name = "followed"
+
+    def attach(self, request: LocalRequest) -> Optional[LocalRequest]:
+        return None
