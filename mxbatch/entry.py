@@ -1,7 +1,8 @@
 """The ``mxbatch`` command's entry point (``mxbatch`` and ``python -m mxbatch``).
 
-It imports the command line itself, so that a Ctrl-C while Python is still importing
-mxbatch exits 130 like any other interrupt, not with a traceback; from then on the
+It installs the command's SIGINT latch (``interrupts.SigintLatch``), then imports the
+command line, so that a Ctrl-C while Python is still importing mxbatch exits 130 like
+any other interrupt, not with a traceback, and is never lost; from then on the
 ``mxbatch`` group (``cli.main``) turns every exception into an exit code.
 """
 
@@ -14,6 +15,9 @@ _INTERRUPTED = 130
 
 
 def run() -> None:
+    from .interrupts import install_latch
+
+    install_latch()  # a Ctrl-C while importing is never dropped (interrupts.SigintLatch)
     try:
         from .cli import main
     except KeyboardInterrupt:

@@ -14,7 +14,7 @@ from typing import Callable, List, Optional, Tuple
 
 from .backends.base import Backend, LogReader, load_run_plan
 from .errors import WaitTimeout
-from .interrupts import HeldSignals
+from .interrupts import HeldSignals, check_interrupted
 from .records import JobRecord
 from .runtime.planfile import RunPlan
 from .runtime.rendezvous import Rendezvous
@@ -105,6 +105,7 @@ def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
     stream = LogStream(backend, record, plan, echo, enabled=stream_logs)
     give_up = None if timeout is None else time.time() + timeout
     while True:
+        check_interrupted()  # a Ctrl-C Python dropped (interrupts.SigintLatch)
         stream.pump()
         status = backend.status(record)
         if on_status is not None:

@@ -12,16 +12,66 @@ again for the supervisor to cancel the job. A second signal while held raises
 job itself). A ``submit --wait`` that follows a batch job (no supervisor here) holds
 signals while submitting, then ``release`` turns a held one into ``KeyboardInterrupt``
 where the follow loop cancels the job: a Ctrl-C during ``qsub`` leaves nothing queued.
+
+Before any of that, from the command's first line, ``SigintLatch`` makes sure a Ctrl-C
+is never lost: Python drops a ``KeyboardInterrupt`` raised inside a weakref callback
+(an import's module lock), and the latch raises it again before a submission starts.
 """
 
 from __future__ import annotations
 
 import signal
 from types import FrameType
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 #: the signals that cancel an attached job
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class SigintLatch:
+    """SIGINT for the whole command (installed first thing by ``mxbatch.entry``): it
+    raises ``KeyboardInterrupt`` as Python's own handler does, and is also remembered,
+    because Python drops an exception raised while it runs a weakref callback or a
+    ``__del__`` ("Exception ignored in: <function _get_module_lock.<locals>.cb>" when
+    Ctrl-C comes during an import): ``check`` raises it again where it counts, before a
+    job is submitted and while one is followed."""
+
+    def __init__(self) -> None:
+        self.received = False
+
+    def install(self) -> None:
+        signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, _signum: int, _frame: Optional[FrameType]) -> None:
+        self.received = True
+        raise KeyboardInterrupt
+
+    def check(self) -> None:
+        """``KeyboardInterrupt`` if a SIGINT came (and was perhaps dropped) since the
+        last check."""
+        if self.received:
+            self.received = False
+            raise KeyboardInterrupt
+
+
+#: the command's latch, once ``install_latch`` has run (none: mxbatch used as a library)
+_LATCH: List[SigintLatch] = []
+
+
+def install_latch() -> None:
+    """Install the command's ``SigintLatch`` (once, in the main thread), unless SIGINT is
+    ignored (a background job of a shell: Python leaves it ignored too)."""
+    if _LATCH or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return
+    _LATCH.append(SigintLatch())
+    _LATCH[0].install()
+
+
+def check_interrupted() -> None:
+    """Raise ``KeyboardInterrupt`` for a Ctrl-C that Python may have dropped (see
+    ``SigintLatch``); a no-op without the latch."""
+    for latch in _LATCH:
+        latch.check()
 
 
 class HeldSignals:
@@ -34,6 +84,7 @@ class HeldSignals:
         self._previous: Dict[int, object] = {}
 
     def __enter__(self) -> "HeldSignals":
+        check_interrupted()  # a Ctrl-C before: nothing is submitted
         for signum in SIGNALS:
             self._previous[signum] = signal.signal(signum, self._hold)
         return self
