@@ -19,7 +19,7 @@ from .completion import backend_names, job_ids, profile_names
 from .errors import ExitCode, JobNotFound, MxbatchError
 from .follow import LogTail, follow, supervise
 from .internal import internal_error
-from .interrupts import HeldSignals
+from .interrupts import HeldSignals, check_interrupted
 from .runtime.roles import Role
 from .schema import DEFAULT_BACKEND
 from .status import JobState, JobStatus
@@ -127,6 +127,7 @@ def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Op
                              as_json: bool = False) -> None:
     backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers)
     attached = backend.attach(request) if wait else None
+    check_interrupted()  # a Ctrl-C Python dropped while preparing: submit nothing
     # from here until the job is supervised (or followed), Ctrl-C is held back so that
     # it cancels the job whenever it comes (mxbatch.interrupts)
     with HeldSignals() if wait else contextlib.nullcontext() as held:
