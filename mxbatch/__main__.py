@@ -1,5 +1,8 @@
 """``python -m mxbatch`` = the ``mxbatch`` command."""
 
-from .entry import run
+try:
+    from .entry import run
+except KeyboardInterrupt:  # Ctrl-C while Python imports the entry point
+    raise SystemExit(130) from None
 
 run()

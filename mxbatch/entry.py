@@ -15,10 +15,10 @@ _INTERRUPTED = 130
 
 
 def run() -> None:
-    from .interrupts import install_latch
-
-    install_latch()  # a Ctrl-C while importing is never dropped (interrupts.SigintLatch)
     try:
+        from .interrupts import install_latch
+
+        install_latch()  # a Ctrl-C while importing is never dropped (interrupts.SigintLatch)
         from .cli import main
     except KeyboardInterrupt:
         sys.stderr.write("\nmxbatch: interrupted\n")
