@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -92,7 +93,8 @@ def launcher_rss_kib(root: int, job_id: Optional[str]) -> int:
 
 def run_once(argv: List[str], env: Dict[str, str], timeout: float) -> dict:
     t0 = time.time()
-    env = dict(env, LAUNCH_T0=repr(t0))
+    token = secrets.token_hex(8)  # marks every process of this run (roles inherit it)
+    env = dict(env, LAUNCH_T0=repr(t0), BENCH_RUN=token)
     out = tempfile.TemporaryFile()
     proc = subprocess.Popen(argv, cwd=EXAMPLES, env=env, stdout=out, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -109,7 +111,7 @@ def run_once(argv: List[str], env: Dict[str, str], timeout: float) -> dict:
         time.sleep(0.05)
     wall = time.time() - t0
     if hung:
-        _kill_everything(proc.pid)
+        _kill_run(proc.pid, token, job_id)
     proc.wait()
     out.seek(0)
     text = out.read().decode(errors="replace")
@@ -119,13 +121,35 @@ def run_once(argv: List[str], env: Dict[str, str], timeout: float) -> dict:
             "workers_ok": len(re.findall(r"done after \d+ steps", text))}
 
 
-def _kill_everything(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    # launch.py's roles run in the same session; sweep anything of ours that is left
-    subprocess.run(["pkill", "-9", "-f", "train_mlp.py"], check=False)
+def _processes_of_run(session: int, token: str) -> List[int]:
+    """Live processes this run started: in the launcher's session (launch.py's roles),
+    or carrying its ``BENCH_RUN`` token (mxbatch's roles, in sessions of their own)."""
+    mark = f"BENCH_RUN={token}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_bytes()
+            sid = int(stat[stat.rindex(b")") + 2:].split()[3])
+            marked = mark in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if sid == session or marked:
+            found.append(int(entry))
+    return found
+
+
+def _kill_run(session: int, token: str, job_id: Optional[str]) -> None:
+    """SIGKILL what this run started, and nothing else on the machine: the launcher's
+    session, the processes with its token, and the mxbatch job's (MXBATCH_JOB_ID)."""
+    from mxbatch.procs import job_processes, kill_all, wait_gone
+
+    pids = set(_processes_of_run(session, token))
+    if job_id:
+        pids.update(job_processes(job_id))
+    kill_all(sorted(pids), signal.SIGKILL)
+    wait_gone(sorted(pids), 10)
 
 
 def main() -> None:

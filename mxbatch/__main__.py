@@ -1,5 +1,8 @@
 """``python -m mxbatch`` = the ``mxbatch`` command."""
 
-from .cli import main
+try:
+    from .entry import run
+except KeyboardInterrupt:  # Ctrl-C while Python imports the entry point
+    raise SystemExit(130) from None
 
-main(prog_name="mxbatch")
+run()

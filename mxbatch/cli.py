@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import signal
 import sys
 import time
@@ -14,8 +16,10 @@ from . import __version__, jobs, jsonout, launchcli, records
 from . import config as siteconfig
 from . import spec as specs
 from .completion import backend_names, job_ids, profile_names
-from .errors import ExitCode, MxbatchError
+from .errors import ExitCode, JobNotFound, MxbatchError
 from .follow import LogTail, follow, supervise
+from .internal import internal_error
+from .interrupts import HeldSignals, check_interrupted
 from .runtime.roles import Role
 from .schema import DEFAULT_BACKEND
 from .status import JobState, JobStatus
@@ -38,7 +42,43 @@ def _err(message: str) -> None:
     click.echo(message, err=True)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """The ``mxbatch`` group: the one place that turns every exception into an exit code.
+
+    MxbatchError and click's own exceptions keep their messages and codes; Ctrl-C that
+    no command handled exits 130 (``ExitCode.INTERRUPTED``, not click's "Aborted!" and
+    1); anything else is a bug of mxbatch: a one-paragraph message, the traceback in a
+    log file (:mod:`mxbatch.internal`) and ``ExitCode.INTERNAL``.
+    """
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            raise MxbatchError("interrupted", ExitCode.INTERRUPTED) from None
+        except Exception as exc:
+            if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
+                raise  # stdout closed early (``| head``): click ends quietly
+            raise internal_error(exc) from None
+
+    def make_context(self, *args, **kwargs) -> click.Context:
+        try:  # parsing the command line: click would say "Aborted!" and exit 1
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise MxbatchError("interrupted", ExitCode.INTERRUPTED) from None
+
+    def main(self, *args, **kwargs):
+        try:
+            return super().main(*args, **kwargs)
+        except Exception as exc:  # outside invoke: parsing the command line, completion
+            error = internal_error(exc)
+            error.show()
+            sys.exit(error.exit_code)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="mxbatch")
 def main() -> None:
     """Run MXNet parameter-server training jobs (scheduler, servers, workers)."""
@@ -87,19 +127,24 @@ def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Op
                              as_json: bool = False) -> None:
     backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers)
     attached = backend.attach(request) if wait else None
-    record = jobs.submit(backend, attached or request)
-    if as_json and not wait:
-        click.echo(jsonout.dumps(jsonout.document(_record_data(record))))
-    elif not as_json:
-        click.echo(record.job_id)
-    _err(f"mxbatch: submitted {record.job_id} to {record.backend}; "
-         f"run directory {record.run_dir}")
-    if attached is not None:
-        _supervise_and_exit(backend, record, stream_logs=not quiet and not as_json,
-                            quiet=quiet, as_json=as_json)
-    elif wait:
-        _follow_and_exit(backend, record, stream_logs=not quiet and not as_json, timeout=None,
-                         cancel_on_interrupt=True, quiet=quiet, as_json=as_json)
+    check_interrupted()  # a Ctrl-C Python dropped while preparing: submit nothing
+    # from here until the job is supervised (or followed), Ctrl-C is held back so that
+    # it cancels the job whenever it comes (mxbatch.interrupts)
+    with HeldSignals() if wait else contextlib.nullcontext() as held:
+        record = jobs.submit(backend, attached or request)
+        if as_json and not wait:
+            click.echo(jsonout.dumps(jsonout.document(_record_data(record))))
+        elif not as_json:
+            click.echo(record.job_id)
+        _err(f"mxbatch: submitted {record.job_id} to {record.backend}; "
+             f"run directory {record.run_dir}")
+        if attached is not None:
+            _supervise_and_exit(backend, record, held, stream_logs=not quiet and not as_json,
+                                quiet=quiet, as_json=as_json)
+        elif wait:
+            _follow_and_exit(backend, record, stream_logs=not quiet and not as_json,
+                             timeout=None, cancel_on_interrupt=True, quiet=quiet,
+                             as_json=as_json, held=held)
 
 
 def _record_data(record: records.JobRecord) -> dict:
@@ -112,9 +157,10 @@ def _print_final(record: records.JobRecord, status: JobStatus) -> None:
     click.echo(jsonout.dumps(jsonout.document(dict(_record_data(record), **status.to_dict()))))
 
 
-def _supervise_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
-                        quiet: bool = False, as_json: bool = False) -> None:
-    """This process supervises the job (the local backend attached): Ctrl-C cancels it."""
+def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *,
+                        stream_logs: bool, quiet: bool = False, as_json: bool = False) -> None:
+    """This process supervises the job (the local backend attached): Ctrl-C cancels it.
+    ``held`` holds signals back until the supervisor has installed its handlers."""
     from .progress import Progress, choose_mode
 
     started = time.time()
@@ -122,8 +168,8 @@ def _supervise_and_exit(backend, record: records.JobRecord, *, stream_logs: bool
     try:
         status, interrupted = supervise(backend, record, stream_logs=stream_logs,
                                         echo=progress.wrap(click.echo),
-                                        on_status=progress.on_status)
-    except KeyboardInterrupt:  # before the agent took over the signals
+                                        on_status=progress.on_status, held=held)
+    except KeyboardInterrupt:  # a second Ctrl-C before the supervisor took the signals
         progress.clear()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         backend.cancel(record)
@@ -141,12 +187,17 @@ def _supervise_and_exit(backend, record: records.JobRecord, *, stream_logs: bool
 
 def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
                      timeout: Optional[float], cancel_on_interrupt: bool,
-                     quiet: bool = False, as_json: bool = False) -> None:
+                     quiet: bool = False, as_json: bool = False,
+                     held: Optional[HeldSignals] = None) -> None:
+    """Follow the job until it ends; Ctrl-C cancels it (``cancel_on_interrupt``) or
+    leaves it running. ``held``: signals held back since the submission, released here."""
     from .progress import Progress, choose_mode
 
     started = time.time()
     progress = Progress(choose_mode(sys.stderr, quiet), sys.stderr, record.submitted_at)
     try:
+        if held is not None:
+            held.release()  # a Ctrl-C held back meanwhile: KeyboardInterrupt now
         status = follow(backend, record, stream_logs=stream_logs,
                         echo=progress.wrap(click.echo), timeout=timeout,
                         on_status=progress.on_status)
@@ -263,19 +314,21 @@ def status(job_id: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("job_id", shell_complete=job_ids)
-@click.option("--role", type=click.Choice([r.value for r in Role]), default=None)
-@click.option("--rank", type=int, default=None)
+@click.option("--role", type=click.Choice([r.value for r in Role]), default=None,
+              help="Only this role's tasks (without -f and --rank: its rank 0).")
+@click.option("--rank", type=int, default=None,
+              help="Only tasks of this rank; a task the job does not have is an error (exit 4).")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the job ends.")
 def logs(job_id: str, role: Optional[str], rank: Optional[int], follow: bool) -> None:
     """Print the logs of JOB_ID (all tasks prefixed, or one task)."""
     record = records.load(job_id)
     backend = jobs.backend_for_record(record)
+    plan_tasks = _chosen_tasks(record, role, rank)
     if role is not None and not follow:
-        for line in backend.logs(record, Role(role), rank or 0):
+        task = min(plan_tasks, key=lambda t: t.rank)  # --role alone: its rank 0
+        for line in backend.logs(record, task.role, task.rank):
             click.echo(line, nl=False)
         return
-    plan_tasks = [t for t in _plan_tasks(record)
-                  if (role is None or t.role == role) and (rank is None or t.rank == rank)]
     width = max([len(t.label) for t in plan_tasks] or [1])
     tails = [LogTail(Path(record.layout.task_log(t.role.value, t.rank)),
                      f"{t.label:<{width}} | ", backend.log_reader(record, t.role, t.rank))
@@ -294,6 +347,19 @@ def _plan_tasks(record: records.JobRecord):
     from .backends.base import load_run_plan
 
     return load_run_plan(record).tasks
+
+
+def _chosen_tasks(record: records.JobRecord, role: Optional[str], rank: Optional[int]):
+    """The job's tasks that ``--role``/``--rank`` select; JobNotFound (exit 4) naming the
+    job's tasks when they select none."""
+    tasks = _plan_tasks(record)
+    chosen = [t for t in tasks
+              if (role is None or t.role == role) and (rank is None or t.rank == rank)]
+    if not chosen:
+        wanted = f"{role or 'any role'}[{'any rank' if rank is None else rank}]"
+        raise JobNotFound(f"job {record.job_id} has no task {wanted}; its tasks: "
+                          + ", ".join(t.label for t in tasks))
+    return chosen
 
 
 @main.command()

@@ -21,6 +21,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2  # bad spec, bad flags, rejected submission: nothing was started
     BACKEND_UNAVAILABLE = 3
     NOT_FOUND = 4
+    INTERNAL = 70  # a bug of mxbatch (EX_SOFTWARE): the traceback is in a log file
     TIMEOUT = 124
     INTERRUPTED = 130
 
@@ -78,6 +79,12 @@ class BackendUnavailable(MxbatchError):
 
 class JobNotFound(MxbatchError):
     exit_code = ExitCode.NOT_FOUND
+
+
+class InternalError(MxbatchError):
+    """An unexpected exception inside mxbatch: a bug, reported without a traceback."""
+
+    exit_code = ExitCode.INTERNAL
 
 
 class WaitTimeout(MxbatchError):

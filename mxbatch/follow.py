@@ -14,6 +14,7 @@ from typing import Callable, List, Optional, Tuple
 
 from .backends.base import Backend, LogReader, load_run_plan
 from .errors import WaitTimeout
+from .interrupts import HeldSignals, check_interrupted
 from .records import JobRecord
 from .runtime.planfile import RunPlan
 from .runtime.rendezvous import Rendezvous
@@ -104,6 +105,7 @@ def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
     stream = LogStream(backend, record, plan, echo, enabled=stream_logs)
     give_up = None if timeout is None else time.time() + timeout
     while True:
+        check_interrupted()  # a Ctrl-C Python dropped (interrupts.SigintLatch)
         stream.pump()
         status = backend.status(record)
         if on_status is not None:
@@ -126,15 +128,19 @@ def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
 
 def supervise(backend: Backend, record: JobRecord, *, stream_logs: bool,
               echo: Callable[[str], None],
-              on_status: Optional[Callable[[JobStatus], None]] = None
-              ) -> Tuple[JobStatus, Optional[str]]:
+              on_status: Optional[Callable[[JobStatus], None]] = None,
+              held: Optional[HeldSignals] = None) -> Tuple[JobStatus, Optional[str]]:
     """Supervise an attached job in this process (``Backend.supervise_here``) while
     streaming its logs; the final status, and the signal that cancelled it, if any.
-    ``on_status`` (a progress display) sees the status every ``STATUS_INTERVAL_S``."""
+    ``on_status`` (a progress display) sees the status every ``STATUS_INTERVAL_S``;
+    ``held``: a signal held back until the supervisor handles signals is replayed to it
+    at its first tick."""
     stream = LogStream(backend, record, load_run_plan(record), echo, enabled=stream_logs)
     next_status = [0.0]
 
     def tick() -> None:
+        if held is not None:
+            held.replay()  # the supervisor's handlers are in place: it cancels the job
         stream.pump()
         now = time.monotonic()
         if on_status is not None and now >= next_status[0]:

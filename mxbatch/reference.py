@@ -192,7 +192,8 @@ def cli_reference() -> str:
     parts = ["# Command-line reference\n",
              "Generated from the commands themselves when the site is built. Exit codes: "
              "0 success, 1 the job failed or was cancelled (doctor: a check failed), 2 bad "
-             "input (nothing was created), 3 backend unavailable, 4 no such job, 124 "
+             "input (nothing was created), 3 backend unavailable, 4 no such job, 70 "
+             "internal error of mxbatch (a bug; the traceback is in the log it names), 124 "
              "`wait --timeout`, 130 interrupted. Shell completion: "
              "`eval \"$(mxbatch completion bash)\"`.\n"]
     for path, command in commands(main):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -16,6 +17,7 @@ import pytest
 
 from mxbatch import procs
 from mxbatch.runtime.layout import RunLayout
+from mxbatch.runtime.planfile import RunPlan
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -130,6 +132,54 @@ def assert_no_processes(job_id: str, timeout: float = 5.0) -> None:
     if left:
         procs.kill_all(left)
         pytest.fail(f"processes of {job_id} left behind: {left}")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobTimes:
+    """When things happened in a job, from its own records (epoch seconds): durations
+    measured with these leave out the CLI's start-up and the machine's load on it."""
+
+    created_at: float  # the plan: submission
+    startup_deadline: float
+    first_start: Optional[float]  # the earliest task start
+    last_end: Optional[float]  # the latest task end
+    abort_at: Optional[float]
+    tasks: Dict[str, dict]  # "worker[1]" -> its task record
+
+
+def job_times(run_dir: Path) -> JobTimes:
+    """The ``JobTimes`` of the job in ``run_dir`` (read once it has ended)."""
+    layout = RunLayout(str(run_dir))
+    plan = RunPlan.from_json(Path(layout.plan).read_text())
+    tasks = {t.label: task_record(run_dir, t.role.value, t.rank) or {} for t in plan.tasks}
+    starts = [r["started_at"] for r in tasks.values() if r.get("started_at")]
+    ends = [r["ended_at"] for r in tasks.values() if r.get("ended_at")]
+    try:
+        abort_at: Optional[float] = json.loads(Path(layout.abort).read_text())["at"]
+    except FileNotFoundError:
+        abort_at = None
+    return JobTimes(created_at=plan.created_at, startup_deadline=plan.startup_deadline,
+                    first_start=min(starts, default=None), last_end=max(ends, default=None),
+                    abort_at=abort_at, tasks=tasks)
+
+
+def processes_of_jobs_named(name: str) -> List[int]:
+    """Live processes of any job named ``name`` (job ids are ``<name>-<8 hex>``): their
+    environment has ``MXBATCH_JOB_ID=<name>-...``. Not this test's own processes."""
+    needle = f"MXBATCH_JOB_ID={name}-".encode()
+    mine = {os.getpid()}
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in mine:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                variables = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if any(v.startswith(needle) for v in variables) and procs.pid_alive(int(entry)):
+            found.append(int(entry))
+    return found
 
 
 def copy_example(directory: Path) -> Path:

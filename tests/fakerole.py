@@ -1,7 +1,8 @@
 """A stand-in for an MXNet role, for fast tests of the runtime without MXNet.
 
 scheduler: listens on DMLC_PS_ROOT_PORT until stopped (like ps-lite's scheduler); with
-           $FAKE_SCHEDULER_FAIL_ONCE=<file> the first run exits 1 after 1.5 s instead.
+           $FAKE_SCHEDULER_FAIL_ONCE=<file> the first run exits 1 instead, once worker 0
+           has written $FAKE_OUT/0.json with its port (it started with this address).
 server:    sleeps until stopped.
 worker:    writes {argv, env, core_limit} as JSON to $FAKE_OUT/<rank>.json (if set), runs
            $FAKE_SLEEP seconds, or until the file $FAKE_BARRIER exists (so that many
@@ -23,7 +24,18 @@ if role == "scheduler":
     fail_once = os.environ.get("FAKE_SCHEDULER_FAIL_ONCE")
     if fail_once and not os.path.exists(fail_once):  # "port taken": die before listening
         open(fail_once, "w").close()
-        time.sleep(1.5)
+        # once worker 0 has started with this address (so it has to follow the retry)
+        seen = os.path.join(os.environ["FAKE_OUT"], "0.json")
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                with open(seen) as handle:
+                    port = json.load(handle)["env"]["DMLC_PS_ROOT_PORT"]
+                if port == os.environ["DMLC_PS_ROOT_PORT"]:
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.05)
         sys.exit(1)
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

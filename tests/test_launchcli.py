@@ -40,6 +40,18 @@ def test_zero_counts_name_the_flag(flags, flag):
         data(**flags)
 
 
+@pytest.mark.parametrize("args,flag", [(("-n", "0"), "-n/--num-workers"),
+                                       (("-n", "-2"), "-n/--num-workers"),
+                                       (("-s", "-1"), "-s/--num-servers"),
+                                       (("--servers", "0"), "-s/--num-servers")])
+def test_bad_counts_on_the_command_line_name_the_flag(cli, tmp_path, args, flag):
+    result = cli.run("launch", *args, "--", "true", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert f"{flag}: must be at least 1, got {args[1]}" in result.stderr
+    assert "roles." not in result.stderr and "Traceback" not in result.stderr
+    assert cli.run_dirs() == []
+
+
 def test_environment_flags():
     spec = data({"OMP_NUM_THREADS": "4"}, env=("OMP_NUM_THREADS", "A=1", "B:x:y"),
                 env_server=("S:1",), env_worker=("W=2", "V:a=b"), p3=True)

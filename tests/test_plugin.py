@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from .conftest import FAKEROLE, Cli
+from mxbatch.errors import ExitCode
+
+from .conftest import FAKEROLE, Cli, assert_no_processes, task_record, wait_for
 
 PLUGIN_SOURCE = Path(__file__).resolve().parent / "plugin"
 
@@ -26,7 +31,9 @@ def plugin_cli(home, tmp_path) -> Cli:
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mxbatch-echo-backend\n"
                                    "Version: 0.1\n")
     (info / "entry_points.txt").write_text(
-        "[mxbatch.backends]\necho = mxbatch_echo_backend:EchoBackend\n")
+        "[mxbatch.backends]\necho = mxbatch_echo_backend:EchoBackend\n"
+        "broken = mxbatch_echo_backend:BrokenBackend\n"
+        "followed = mxbatch_echo_backend:FollowedBackend\n")
     paths = [str(site), str(PLUGIN_SOURCE), os.environ.get("PYTHONPATH", "")]
     return Cli(home, dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p)))
 
@@ -71,3 +78,48 @@ def test_without_the_plugin_its_block_is_an_unknown_backend(cli, tmp_path):
     path = spec(tmp_path, "{greeting: bonjour}")
     result = cli.run("render", str(path))
     assert result.returncode == 2 and "backends.echo: unknown backend" in result.stderr
+
+
+def test_an_unexpected_exception_is_an_internal_error_with_a_log(plugin_cli, tmp_path):
+    """A bug (here in a plugin) never ends in a traceback: one paragraph naming a log
+    file that holds the traceback, exit 70, nothing created."""
+    path = spec(tmp_path, "{slots: 2}").read_text().replace("echo:", "broken:")
+    (tmp_path / "broken.yaml").write_text(path)
+    for command in ("render", "submit"):
+        result = plugin_cli.run(command, "--backend", "broken", str(tmp_path / "broken.yaml"))
+        assert result.returncode == ExitCode.INTERNAL == 70, result.stderr
+        assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+        assert "internal error of mxbatch" in result.stderr, result.stderr
+        assert "the broken test plugin fails on purpose" in result.stderr
+        log = Path(re.search(r"the traceback is in (\S+)\.", result.stderr).group(1))
+        assert log.parent == plugin_cli.home / "internal-errors"
+        text = log.read_text()
+        assert "Traceback" in text and "RuntimeError" in text and "def render" not in text
+        assert f"{command} --backend broken" in text
+    assert plugin_cli.run_dirs() == [] and not (plugin_cli.home / "jobs").exists()
+
+
+@pytest.mark.parametrize("moment", ["at-once", "worker-running"])
+def test_ctrl_c_on_a_followed_submit_cancels_the_job(plugin_cli, tmp_path, moment):
+    """``submit --wait`` of a job the CLI follows (as on SGE or Slurm): Ctrl-C at once
+    after the job id, or once the worker runs, cancels it: exit 130, nothing left."""
+    role = json.dumps([sys.executable, str(FAKEROLE)])
+    path = tmp_path / "job.yaml"
+    path.write_text(f"command: {role}\nenv: {{FAKE_SLEEP: '600'}}\nrendezvous: {{grace: 1s}}\n")
+    proc = plugin_cli.popen("submit", "--wait", "--backend", "followed", str(path),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    job = proc.stdout.readline().strip()
+    assert job, proc.communicate(timeout=60)[1]
+    if moment == "worker-running":
+        run_dir = plugin_cli.home / "runs" / job
+        wait_for(lambda: (task_record(run_dir, "worker", 0) or {}).get("state") == "RUNNING",
+                 60, "the worker to run")
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"still running 60 s after SIGINT: {proc.communicate()}")
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert plugin_cli.status(job)["state"] == "CANCELLED"
+    assert_no_processes(job)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
+import secrets
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ from mxbatch.backends.local import LocalOptions
 from mxbatch.errors import SpecError
 from mxbatch.runtime.roles import Role
 
-from .conftest import assert_no_processes
+from .conftest import FAKEROLE, assert_no_processes, processes_of_jobs_named, wait_for
 
 GOOD = """\
 name: demo
@@ -193,10 +196,25 @@ def test_bad_worker_flag_exits_2(cli, tmp_path):
 
 
 def test_nothing_started_for_bad_input(cli, tmp_path):
+    """A rejected spec leaves no record, no run directory and no process; the same
+    checks see a job of that name once one is really submitted (they can fail)."""
+    name = f"nothing-started-{secrets.token_hex(4)}"  # no other run has this name
+    command = json.dumps([sys.executable, str(FAKEROLE)])
     path = tmp_path / "job.yaml"
-    path.write_text("name: nothing-started\ncommand: x\nroles: {worker: {count: 0}}\n")
+    path.write_text(f"name: {name}\ncommand: {command}\nroles: {{worker: {{count: 0}}}}\n")
     assert cli.run("submit", str(path)).returncode == 2
-    assert_no_processes("nothing-started", timeout=0)
+    assert cli.run_dirs() == [] and not list((cli.home / "jobs").glob("*.json"))
+    assert processes_of_jobs_named(name) == []
+    # the control: a good job of that name is seen by the same checks
+    path.write_text(f"name: {name}\ncommand: {command}\nenv: {{FAKE_SLEEP: '600'}}\n"
+                    "rendezvous: {grace: 1s}\n")
+    job = cli.submit(path)
+    try:
+        assert job.startswith(name + "-") and len(cli.run_dirs()) == 1
+        wait_for(lambda: processes_of_jobs_named(name), 60, "the job's processes")
+    finally:
+        assert cli.run("cancel", job).returncode == 0
+    assert_no_processes(job)
 
 
 # ------------------------------------------------------------------------ property test

@@ -132,6 +132,7 @@ class Agent:
             self._write_records(force=True)
         while not all(r.done for r in self.runners):
             wall, mono = time.time(), time.monotonic()
+            self._handle_signal(wall, mono)  # before starting anything more
             self._launch(wall, mono)
             for runner in self.runners:
                 try:

@@ -54,6 +54,8 @@ SCHEDULER_ATTEMPTS = 3
 MEMBER_POLL_CAP_S = 0.5
 FOLLOW_SCHEDULER_S = 0.5
 LISTEN_CHECK_S = 0.1
+#: how long a restarting member waits for its SIGKILLed old role at most
+RESTART_WAIT_S = 5.0
 
 
 class Phase(enum.Enum):
@@ -390,7 +392,11 @@ class TaskRunner:
                      % (latest.address, latest.attempt))
             assert self.proc is not None
             _killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+            try:  # bounded: the agent loop (signals, other tasks) must go on
+                self.proc.wait(timeout=RESTART_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.say("the old role (pid %d) outlived SIGKILL for %gs: starting anyway"
+                         % (self.proc.pid, RESTART_WAIT_S))
             self._start_member(latest, wall, mono)
         else:
             self._scheduler = latest

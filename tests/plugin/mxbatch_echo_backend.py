@@ -40,3 +40,25 @@ class EchoBackend(LocalBackend):
     def logs(self, record: JobRecord, role: Role, rank: int) -> Iterator[str]:
         for line in super().logs(record, role, rank):
             yield f"[{self.options.greeting}] {line}"
+
+
+class BrokenBackend(LocalBackend):
+    """``broken``: a plugin with a bug. Rendering raises an unexpected exception, as a
+    bug anywhere in mxbatch would, so the tests see how the CLI reports internal
+    errors."""
+
+    name = "broken"
+
+    def render(self, plan: JobPlan) -> LocalRequest:
+        raise RuntimeError("the broken test plugin fails on purpose")
+
+
+class FollowedBackend(LocalBackend):
+    """``followed``: the local backend that cannot supervise a job in the CLI, as a batch
+    system cannot: ``submit --wait`` starts the detached job manager and follows the job
+    the way it follows an SGE or Slurm job (Ctrl-C cancels it from the follow loop)."""
+
+    name = "followed"
+
+    def attach(self, request: LocalRequest) -> Optional[LocalRequest]:
+        return None
