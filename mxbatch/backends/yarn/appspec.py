@@ -78,6 +78,8 @@ class YarnOptions:
                                       "(false: use it in place, on shared storage)")
     connect_timeout: Seconds = option(Seconds(20.0), "how long to wait for the "
                                                      "ResourceManager to answer")
+    rm_url: str = option("", "the ResourceManager's web address (http://host:port) for "
+                             "status and cancel; default: yarn.resourcemanager.webapp.address")
 
 
 def application_tags(plan: JobPlan, options: YarnOptions) -> List[str]:
