@@ -51,7 +51,7 @@ def mxbatch(env: Dict[str, str], code: Optional[str], *args: str) -> tuple:
 
 def running_job(env: Dict[str, str], spec_path: Path) -> str:
     """A submitted job whose worker 0 has made its first step."""
-    took, result = mxbatch(dict(env, STEP_SLEEP="0.05", EPOCHS="1000"), None, "submit",
+    _, result = mxbatch(dict(env, STEP_SLEEP="0.05", EPOCHS="1000"), None, "submit",
                            "--backend", "yarn", str(spec_path))
     job = result.stdout.split()[-1]
     deadline = time.monotonic() + 180

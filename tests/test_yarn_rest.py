@@ -37,6 +37,7 @@ class FakeRm:
     def __init__(self) -> None:
         self.apps: Dict[str, Dict[str, Any]] = {}
         self.requests: List[Tuple[str, str, Dict[str, List[str]], Any]] = []
+        self.headers: List[Dict[str, str]] = []
         self.status_override: Optional[Tuple[int, bytes]] = None
         fake = self
 
@@ -56,6 +57,7 @@ class FakeRm:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else None
                 fake.requests.append((method, url.path, urllib.parse.parse_qs(url.query), body))
+                fake.headers.append(dict(self.headers))
                 if fake.status_override is not None:
                     return self._answer(*fake.status_override)
                 parts = url.path.split("/")  # '', ws, v1, cluster, apps, id[, state]
@@ -187,6 +189,7 @@ def test_kill_puts_the_killed_state_as_the_user(rm):
     assert (method, path, body) == ("PUT", f"/ws/v1/cluster/apps/{APP}/state",
                                     {"state": "KILLED"})
     assert query == {"user.name": ["alice"]}
+    assert {k.lower(): v for k, v in rm.headers[-1].items()}["x-xsrf-header"] == "mxbatch"
     assert rm.apps[APP]["state"] == "KILLED"
 
 

@@ -43,6 +43,8 @@ WEB_DEFAULT_PORT = 8088
 WEB_HTTPS_DEFAULT_PORT = 8090
 #: one HTTP request's limit; ``connect_timeout`` bounds the retries while unreachable
 HTTP_TIMEOUT_S = 10.0
+#: the default header of ``yarn.resourcemanager.webapp.rest-csrf.custom-header``
+CSRF_HEADER = "X-XSRF-HEADER"
 _VARIABLE = re.compile(r"\$\{([^}]+)\}")
 
 
@@ -217,8 +219,10 @@ class RmRestClient:
             url += "?" + urllib.parse.urlencode({"user.name": self.user})
         data = json.dumps(body).encode() if body is not None else None
         timeout = min(HTTP_TIMEOUT_S, max(1.0, self.connect_timeout))
-        request = urllib.request.Request(url, data=data, method=method, headers={
-            "Accept": "application/json", "Content-Type": "application/json"})
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        if method != "GET":  # what Hadoop's REST CSRF filter asks for, when enabled
+            headers[CSRF_HEADER] = "mxbatch"
+        request = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as answer:
                 text = answer.read()
