@@ -14,6 +14,8 @@ or stopped. Needs the cluster up (ci/clusters/yarn-up.sh) and its env file.
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -25,6 +27,8 @@ from typing import Dict, List, Optional
 from common import EXAMPLES, cluster_env, fmt, print_table
 
 SKEIN = [sys.executable, "-m", "skein.cli"]
+#: CPU seconds of each mxbatch process run, in order
+CPU: List[float] = []
 
 
 def spec(tmp: Path) -> Path:
@@ -36,14 +40,21 @@ def spec(tmp: Path) -> Path:
     return path
 
 
+def cpu_of_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def mxbatch(env: Dict[str, str], code: Optional[str], *args: str) -> tuple:
-    """(seconds, completed process) of one ``python -m mxbatch ARGS``; ``code``: a
-    directory put first on PYTHONPATH (the older mxbatch)."""
+    """(wall seconds, completed process) of one ``python -m mxbatch ARGS``; ``code``: a
+    directory put first on PYTHONPATH (the older mxbatch). Its CPU seconds (with
+    its children's: a Java driver) go to ``CPU[-1]``."""
     run_env = dict(env, PYTHONPATH=code) if code else env
-    started = time.monotonic()
+    started, cpu = time.monotonic(), cpu_of_children()
     result = subprocess.run([sys.executable, "-m", "mxbatch", *args], capture_output=True,
-                            text=True, env=run_env, timeout=300)
+                            text=True, env=run_env, timeout=300, cwd=code or "/")
     took = time.monotonic() - started
+    CPU.append(cpu_of_children() - cpu)
     if result.returncode != 0:
         sys.stderr.write(f"mxbatch {' '.join(args)}: {result.stderr[-2000:]}\n")
     return took, result
@@ -64,11 +75,12 @@ def running_job(env: Dict[str, str], spec_path: Path) -> str:
 
 
 def measure(env: Dict[str, str], code: Optional[str], job: str, repeat: int) -> Dict[str, list]:
-    times: Dict[str, List[float]] = {"status": [], "logs": []}
+    times: Dict[str, List[float]] = {"status": [], "status cpu": [], "logs": []}
     for _ in range(repeat):
         took, result = mxbatch(env, code, "status", job)
         assert "state RUNNING" in result.stdout, result.stdout + result.stderr
         times["status"].append(took)
+        times["status cpu"].append(CPU[-1])
         took, _ = mxbatch(env, code, "logs", job, "--role", "worker", "--rank", "0")
         times["logs"].append(took)
     return times
@@ -91,7 +103,7 @@ def main() -> None:
     subprocess.run(SKEIN + ["driver", "start"], env=warm, check=True, capture_output=True,
                    timeout=120)
     codes = [("this checkout", None)] + ([("before", args.before)] if args.before else [])
-    rows = [("code", "driver", "status", "logs (one task)", "cancel")]
+    rows = [("code", "driver", "status", "status CPU", "logs (one task)", "cancel")]
     try:
         spec_path = spec(tmp)
         for label, code in codes:
@@ -102,12 +114,15 @@ def main() -> None:
                 if driver == "running":
                     took, result = mxbatch(cold, code, "cancel", job)
                     cancel = f"{took:.2f}s cold" + ("" if result.returncode == 0 else " (failed)")
-                rows.append((label, driver, fmt(times["status"]), fmt(times["logs"]), cancel))
+                rows.append((label, driver, fmt(times["status"]), fmt(times["status cpu"]),
+                             fmt(times["logs"]), cancel))
     finally:
         subprocess.run(SKEIN + ["driver", "stop"], env=warm, capture_output=True, timeout=60)
     print_table(rows)
-    print(f"\nmedian (min-max) of {args.repeat} fresh processes each; cancel: one, "
-          "no driver running (it waits until YARN reports the application ended)")
+    print(f"\nmedian (min-max) of {args.repeat} fresh processes each (wall; CPU: user+sys "
+          "of the process and its children); cancel: one, no driver running (it waits "
+          f"until YARN reports the application ended); load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -298,3 +300,27 @@ def test_rest_refused_falls_back_to_the_driver(home, tmp_path, rm):
 
     backend._job(record).driver = Driver
     assert backend.status(record).terminal
+
+
+# ------------------------------------------------------------------ importing skein
+
+
+def test_skein_imports_without_setuptools():
+    code = ("import sys; from mxbatch.backends.yarn import skeinimport\n"
+            "skein = skeinimport.skein()\n"
+            "assert skein.ApplicationClient and skein.Client\n"
+            "assert 'distutils' not in sys.modules and 'setuptools' not in sys.modules\n"
+            "from skein.utils import grpc_fork_support_disabled\n"
+            "with grpc_fork_support_disabled(): pass\n"
+            "assert skeinimport.skein() is skein\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_loose_version_stand_in_orders_like_distutils():
+    from mxbatch.backends.yarn.skeinimport import LooseVersion
+
+    assert LooseVersion("1.76.0") > "1.18.0" and not LooseVersion("1.76.0") < "1.18.0"
+    assert LooseVersion("1.9.1") < "1.18.0" and LooseVersion("1.18.0") >= "1.18"
+    assert LooseVersion("1.18.0") == LooseVersion("1.18.0")

@@ -36,6 +36,7 @@ from ...runtime.rendezvous import (
 from ...runtime.roles import Role
 from ...runtime.states import AbortKind, AbortRecord
 from ...typed import from_data, to_data
+from . import skeinimport
 from .appspec import STATE_DIR
 from .kv import SkeinKvStore, abort_from_diagnostics
 from .logs import ContainerInfo
@@ -189,7 +190,7 @@ class YarnJob:
         """A client of the running application master; None when it does not run."""
         report = self.report()
         if self._app is None and report.state is AppState.RUNNING:
-            import skein
+            skein = skeinimport.skein()
 
             if report.am_address:  # no driver: straight to the application master
                 self._app = skein.ApplicationClient(report.am_address, self.app_id)
@@ -205,7 +206,7 @@ class YarnJob:
         app = self.app()
         if app is None:
             return None
-        import skein
+        skein = skeinimport.skein()
 
         try:
             return call(app)
