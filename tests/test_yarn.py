@@ -179,15 +179,24 @@ def test_resourcemanager_unreachable_names_address_and_wait(yarn, tmp_path):
 
 
 def test_later_commands_use_the_options_the_job_was_submitted_with(yarn, tmp_path):
-    """status and cancel in fresh processes rebuild the backend from the job record:
-    the non-default connect_timeout (3s, default 20s) is the one they wait."""
+    """status and cancel in fresh processes rebuild the backend from the job record: the
+    ResourceManager's web address kept there (another configuration changes nothing) and
+    the non-default connect_timeout (3s, default 20s), the wait when it does not answer."""
     spec = spec_file(tmp_path, "connect_timeout: 3s", name="yarn-options")
     job = yarn.submit(spec, "--backend", "yarn", env={"STEP_SLEEP": "0.05", "EPOCHS": "100"})
+    path = yarn.home / "jobs" / f"{job}.json"
+    saved = path.read_text()
     try:
         status = yarn.run("status", job, env=unreachable_conf(tmp_path))
+        assert status.returncode == 0, status.stderr
+        record = json.loads(saved)
+        record["handle"]["rm_urls"] = ["http://127.0.0.1:1"]
+        path.write_text(json.dumps(record))
+        status = yarn.run("status", job)
         assert status.returncode == 3, status.stderr
-        assert "ResourceManager unreachable: waited 3s" in status.stderr
+        assert "web service unreachable: waited 3s for http://127.0.0.1:1" in status.stderr
     finally:
+        path.write_text(saved)
         cancelled = yarn.run("cancel", job)
     assert cancelled.returncode == 0, cancelled.stderr
     assert_gone(yarn, job)

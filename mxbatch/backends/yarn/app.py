@@ -7,7 +7,14 @@ application, so the CLI reads it through a ``MirroredRendezvous``: what it sees
 is also written into the run directory (the file layout of ``FileRendezvous``),
 which answers alone once the application has ended. The final application
 report is kept in ``yarn/report.json`` and the containers (for logs) in
-``yarn/containers.json``, so a finished job needs no driver.
+``yarn/containers.json``, so a finished job needs no cluster at all.
+
+No skein driver (a Java process, seconds to start) is needed after submission
+when the ResourceManager's REST API answers (``rest``): the report and the kill
+go over HTTP, and the application master (key-value store, containers) is
+reached at the RPC address the ResourceManager reports, with skein's
+``ApplicationClient`` (gRPC). Without it (Kerberos clusters, or a
+ResourceManager that refuses the REST call) the driver does all of this.
 """
 
 from __future__ import annotations
@@ -29,9 +36,11 @@ from ...runtime.rendezvous import (
 from ...runtime.roles import Role
 from ...runtime.states import AbortKind, AbortRecord
 from ...typed import from_data, to_data
+from . import skeinimport
 from .appspec import STATE_DIR
 from .kv import SkeinKvStore, abort_from_diagnostics
 from .logs import ContainerInfo
+from .rest import AppNotFound, RestApp, RestRefused, RmRestClient
 from .states import AppState, ContainerState, FinalStatus
 
 #: the job's files in the run directory (``<run dir>/yarn/``)
@@ -51,6 +60,8 @@ class AppReport:
     final_status: FinalStatus
     diagnostics: str = ""
     tracking_url: str = ""
+    #: host:port of the running application master ("" if unknown: ask the driver)
+    am_address: str = ""
 
     @property
     def finished(self) -> bool:
@@ -68,6 +79,21 @@ class AppReport:
         return cls(state=AppState(str(report.state)),
                    final_status=FinalStatus(str(report.final_status)),
                    diagnostics=report.diagnostics or "", tracking_url=report.tracking_url or "")
+
+    @classmethod
+    def from_rest(cls, app: RestApp) -> "AppReport":
+        return cls(state=app.state, final_status=app.final_status, diagnostics=app.diagnostics,
+                   tracking_url=app.tracking_url,
+                   am_address="" if app.state.ended else app.am_rpc_address)
+
+    @classmethod
+    def unknown(cls, app_id: str, words: str) -> "AppReport":
+        """The report of an application the ResourceManager no longer knows: ended, with
+        nothing of it running (a forgotten or lost application cannot run)."""
+        return cls(state=AppState.FAILED, final_status=FinalStatus.UNDEFINED,
+                   diagnostics=f"YARN application {app_id} is unknown to the "
+                               f"ResourceManager ({words}): it was lost (a restart without "
+                               "recovery) or forgotten since it ended")
 
 
 def abort_from_report(report: AppReport) -> Optional[AbortRecord]:
@@ -91,13 +117,16 @@ def abort_from_report(report: AppReport) -> Optional[AbortRecord]:
 class YarnJob:
     """The live and mirrored view of one job (see the module docstring).
 
-    ``driver`` returns this process's ``skein.Client``; it is called only when the
-    cluster must be asked."""
+    ``rest`` asks the ResourceManager over HTTP (None: on a Kerberos cluster);
+    ``driver`` returns this process's ``skein.Client``, called only when the REST API
+    cannot answer."""
 
-    def __init__(self, record: JobRecord, app_id: str, driver: Callable[[], Any]) -> None:
+    def __init__(self, record: JobRecord, app_id: str, driver: Callable[[], Any],
+                 rest: Optional[RmRestClient] = None) -> None:
         self.record = record
         self.app_id = app_id
         self.driver = driver
+        self.rest = rest
         self.local = FileRendezvous(record.run_dir)
         self._report_path = record.layout.backend_file(STATE_DIR, REPORT_FILE)
         self._containers_path = record.layout.backend_file(STATE_DIR, CONTAINERS_FILE)
@@ -119,7 +148,7 @@ class YarnJob:
         if saved is not None:
             self._report = from_data(AppReport, saved, strict=False)
             return self._report
-        self._report = AppReport.from_skein(self.driver().application_report(self.app_id))
+        self._report = self._ask_report()
         self._report_at = time.monotonic()
         if self._report.finished:
             self._app = None
@@ -135,15 +164,37 @@ class YarnJob:
             time.sleep(0.25)
         return True
 
+    def _ask_report(self) -> AppReport:
+        if self.rest is not None:
+            try:
+                return AppReport.from_rest(self.rest.app(self.app_id))
+            except AppNotFound as exc:
+                return AppReport.unknown(self.app_id, str(exc))
+            except RestRefused:
+                self.rest = None  # SPNEGO or ACLs on the web service: the driver's way
+        return AppReport.from_skein(self.driver().application_report(self.app_id))
+
     def kill(self) -> None:
+        if self.rest is not None:
+            try:
+                self.rest.kill(self.app_id)
+                return
+            except AppNotFound:
+                return
+            except RestRefused:
+                self.rest = None
         self.driver().kill_application(self.app_id)
 
     # ------------------------------------------------------------------ the application master
     def app(self) -> Optional[Any]:
         """A client of the running application master; None when it does not run."""
-        if self._app is None and self.report().state is AppState.RUNNING:
-            import skein
+        report = self.report()
+        if self._app is None and report.state is AppState.RUNNING:
+            skein = skeinimport.skein()
 
+            if report.am_address:  # no driver: straight to the application master
+                self._app = skein.ApplicationClient(report.am_address, self.app_id)
+                return self._app
             try:
                 self._app = self.driver().connect(self.app_id, wait=False)
             except skein.exceptions.ApplicationNotRunningError:
@@ -152,11 +203,11 @@ class YarnJob:
 
     def live(self, call: Callable[[Any], Any]) -> Optional[Any]:
         """``call(app client)``; None if the application master is gone or unreachable."""
-        import skein
-
         app = self.app()
         if app is None:
             return None
+        skein = skeinimport.skein()
+
         try:
             return call(app)
         except (skein.exceptions.SkeinError, ConnectionError, TimeoutError):

@@ -88,6 +88,8 @@ class YarnOptions:
         None, "the Python every container runs: a venv-pack or conda-pack archive "
               "(relative to the spec file), or auto (this environment, packed once and "
               "cached); null: the submitter's interpreter path, on every node")
+    rm_url: str = option("", "the ResourceManager's web address (http://host:port) for "
+                             "status and cancel; default: yarn.resourcemanager.webapp.address")
 
 
 def application_tags(plan: JobPlan, options: YarnOptions) -> List[str]:

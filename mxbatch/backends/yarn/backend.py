@@ -11,10 +11,12 @@
   skein driver (``yarn_client``). YARN's refusals (unknown queue...) are
   ``SubmissionRejected`` (exit 2) in YARN's words; nothing stays behind.
 - ``status`` merges the application report, the skein containers and the task
-  records from the key-value store (mirrored locally, ``app``).
+  records from the key-value store (mirrored locally, ``app``), without a skein
+  driver: the report comes from the ResourceManager's REST API (``rest``, at the
+  address kept in the handle) and the rest from the application master itself.
 - ``cancel`` writes the abort record (supervisors stop their roles and end the
   application), kills the application if it is still there after the grace
-  period, and waits until YARN reports it ended.
+  period (``PUT .../state``), and waits until YARN reports it ended.
 - ``logs`` come from the NodeManagers (``logs``).
 """
 
@@ -39,7 +41,7 @@ from ...status import JobState, JobStatus, NativeState, TaskKey, merge
 from ...typed import to_data
 from ..base import Backend, Handle, LogReader, RenderedItem, Request, Rollback, load_run_plan
 from ..hostfile import spec_dir
-from . import appspec, client, pyenv
+from . import appspec, client, pyenv, rest
 from .app import YarnJob, abort_from_report
 from .appspec import YarnOptions
 from .logs import LogFollower, fetch
@@ -91,10 +93,13 @@ class YarnRequest(Request):
 
 @dataclasses.dataclass(frozen=True)
 class YarnHandle(Handle):
-    """The job's YARN application, and the queue it was submitted to."""
+    """The job's YARN application, the queue it was submitted to, and the
+    ResourceManager's web service URL(s) (empty on a Kerberos cluster, and in records
+    older than them: found again then)."""
 
     app_id: str
     queue: str = ""
+    rm_urls: Tuple[str, ...] = ()
 
 
 class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
@@ -115,6 +120,9 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
         options = self.options
         if not options.queue.strip():
             raise plan.spec.error(("backends", "yarn", "queue"), "must not be empty")
+        if options.rm_url and not options.rm_url.startswith(("http://", "https://")):
+            raise plan.spec.error(("backends", "yarn", "rm_url"),
+                                  f"a URL, http://host:port, got {options.rm_url!r}")
         for tag in options.tags:
             if len(tag) > 100 or not tag.isascii():
                 raise plan.spec.error(("backends", "yarn", "tags"),
@@ -196,7 +204,9 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
         self._check_fits(driver, request.application)
         app_id = self._submit_spec(driver, request.application)
         rollback.push(f"YARN application {app_id}", lambda: driver.kill_application(app_id))
-        return YarnHandle(app_id=app_id, queue=self.options.queue)
+        urls = rest.resolve(self.options.rm_url)
+        return YarnHandle(app_id=app_id, queue=self.options.queue,
+                          rm_urls=urls.urls if urls is not None else ())
 
     @staticmethod
     def _check_fits(driver: Any, spec: Dict[str, Any]) -> None:
@@ -231,8 +241,13 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
     def _job(self, record: JobRecord) -> YarnJob:
         job = self._jobs.get(record.job_id)
         if job is None:
-            job = YarnJob(record, self.handle_of(record).app_id,
-                          lambda: client.driver(self.options.connect_timeout))
+            handle = self.handle_of(record)
+            urls = (rest.RmUrls(handle.rm_urls, f"kept in the record of {record.job_id}")
+                    if handle.rm_urls else rest.resolve(self.options.rm_url))
+            job = YarnJob(record, handle.app_id,
+                          lambda: client.driver(self.options.connect_timeout),
+                          rest.RmRestClient(urls, self.options.connect_timeout)
+                          if urls is not None else None)
             self._jobs[record.job_id] = job
         return job
 

@@ -9,6 +9,7 @@ used when one runs: then nothing starts.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import shutil
@@ -22,6 +23,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ...errors import BackendUnavailable
 from ...records import mxbatch_home
+from . import skeinimport
 
 RM_DEFAULT_PORT = 8032
 _LOCK = threading.Lock()
@@ -126,7 +128,7 @@ def check_tools(environ: Optional[Mapping[str, str]] = None) -> None:
     """``BackendUnavailable`` with a hint if skein, Java or ``yarn`` is missing."""
     environ = os.environ if environ is None else environ
     try:
-        import skein  # noqa: F401
+        skeinimport.skein()
     except ImportError:
         raise BackendUnavailable("the skein package is missing: pip install 'mxbatch[yarn]'"
                                  ) from None
@@ -152,11 +154,23 @@ def driver(connect_timeout: float) -> Any:
             check_tools()
             wait_for_resourcemanager(connect_timeout)
             _DRIVER["client"] = _global_driver() or _start_driver()
+            # closed before the interpreter tears gRPC down (else skein's __del__
+            # prints a traceback at exit); a global driver keeps running
+            atexit.register(_close_driver)
         return _DRIVER["client"]
 
 
+def _close_driver() -> None:
+    started = _DRIVER.pop("client", None)
+    if started is not None:
+        try:
+            started.close()
+        except Exception:  # the driver may be gone already; nothing to do at exit
+            pass
+
+
 def _global_driver() -> Optional[Any]:
-    import skein
+    skein = skeinimport.skein()
 
     try:
         return skein.Client.from_global_driver()
@@ -165,7 +179,7 @@ def _global_driver() -> Optional[Any]:
 
 
 def _start_driver() -> Any:
-    import skein
+    skein = skeinimport.skein()
 
     log = driver_log()
     log.parent.mkdir(parents=True, exist_ok=True)
