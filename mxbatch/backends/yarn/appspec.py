@@ -27,6 +27,7 @@ directory (``logs`` is a link to it), where the NodeManager serves them.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -41,6 +42,9 @@ from ...runtime.roles import Role
 from ...schema import ContainerSpec
 from ...typed import Seconds, option
 
+#: how much longer than the peers' heartbeat timeout and grace a container whose
+#: supervisor was killed waits for the job to end (``container_script``)
+LOST_MARGIN_S = 15.0
 #: memory of a container whose role's spec sets none
 DEFAULT_MEMORY_MIB = 1024
 #: skein's application master: holds the key-value store (skein's default size)
@@ -127,9 +131,23 @@ def docker_environment(container: ContainerSpec) -> Dict[str, str]:
     return env
 
 
+def lost_linger_s(run: RunPlan) -> int:
+    """How long a container outlives its supervisor killed by a signal (see
+    ``container_script``): the peers' heartbeat timeout, the grace period of their
+    teardown, and ``LOST_MARGIN_S``."""
+    return math.ceil(run.heartbeat_timeout_s + run.grace_s + LOST_MARGIN_S)
+
+
 def container_script(run: RunPlan, role: Role) -> str:
     """The bash script of one service: find the task from the container index, link
-    ``logs`` to YARN's log directory, load the environment, run the supervisor."""
+    ``logs`` to YARN's log directory, load the environment, run the supervisor.
+
+    A supervisor killed by a signal (SIGKILL, a crash) writes no final record. Its
+    container stays (``lost_linger_s``) so that the peers see its heartbeat stop and
+    end the job naming the task; skein would otherwise end the application at once
+    with only the service's name. The container exits with the supervisor's status
+    then, if the job has not ended by that time. Any other exit (a supervisor that
+    never started: exit 127, 126...) ends the container at once."""
     tasks = run.tasks_of(role)
     first = tasks[0].index
     python = quote(run.python)
@@ -145,8 +163,15 @@ def container_script(run: RunPlan, role: Role) -> str:
         "fi",
         'ln -sfn "${LOG_DIRS%%,*}" logs',
         f". ./{ENV_FILE}",
-        f"exec {python} {RUNTIME_FILE} run . --task $(({first} + i)) "
-        f"--kv-store {KV_STORE_FACTORY}",
+        "status=0",
+        f"{python} {RUNTIME_FILE} run . --task $(({first} + i)) "
+        f"--kv-store {KV_STORE_FACTORY} || status=$?",
+        'if [ "$status" -gt 128 ]; then',
+        f'  echo "mxbatch: the supervisor was killed by signal $((status - 128)); '
+        f'waiting up to {lost_linger_s(run)}s for the job to end" >&2',
+        f"  sleep {lost_linger_s(run)}",
+        "fi",
+        'exit "$status"',
     ]) + "\n"
 
 
