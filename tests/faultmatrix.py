@@ -7,8 +7,10 @@ supervisor SIGKILLed; a task that cannot start; the scheduler's port taken; canc
 while queued; cancel while running), and the cell checks that the job ended, that
 its reason names the task and the cause, and that nothing of it is left running or
 queued. ``run_cell`` returns a ``Cell`` with the time from the injection to the end
-of the job, as the job's own records say. ``tests/test_fault_matrix.py`` runs every
-cell on every backend whose cluster is up; ``bench/fault_matrix.py`` prints the table.
+of the job, as the job's own records say (on YARN, whose task records live in the
+application's key-value store, also as the ResourceManager says).
+``tests/test_fault_matrix.py`` runs every cell on every backend whose cluster is up
+(local, SGE, Slurm, YARN); ``bench/fault_matrix.py`` prints the table.
 """
 
 from __future__ import annotations
