@@ -47,16 +47,17 @@ def markdown_table(rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
-def update_section(name: str, text: str) -> Path:
-    """Replace (or add) the section ``name`` of docs/benchmarks.md with ``text``."""
-    current = DOC.read_text() if DOC.exists() else HEADER
+def update_section(name: str, text: str, doc: Path = DOC, header: str = HEADER) -> Path:
+    """Replace (or add, at the end) the section ``name`` of ``doc`` (docs/benchmarks.md;
+    a new one starts with ``header``) with ``text``; the other sections stay as they are."""
+    current = doc.read_text() if doc.exists() else header
     block = f"<!-- bench:{name} -->\n{text.rstrip()}\n<!-- /bench:{name} -->"
     pattern = re.compile(rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->",
                          re.DOTALL)
     updated = (pattern.sub(lambda _: block, current) if pattern.search(current)
                else current.rstrip() + "\n\n" + block + "\n")
-    DOC.write_text(updated)
-    return DOC
+    doc.write_text(updated)
+    return doc
 
 
 def line_chart(name: str, title: str, xlabel: str, ylabel: str,

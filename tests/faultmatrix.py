@@ -7,21 +7,25 @@ supervisor SIGKILLed; a task that cannot start; the scheduler's port taken; canc
 while queued; cancel while running), and the cell checks that the job ended, that
 its reason names the task and the cause, and that nothing of it is left running or
 queued. ``run_cell`` returns a ``Cell`` with the time from the injection to the end
-of the job, as the job's own records say. ``tests/test_fault_matrix.py`` runs every
-cell on every backend whose cluster is up; ``bench/fault_matrix.py`` prints the table.
+of the job, as the job's own records say (on YARN, whose task records live in the
+application's key-value store, also as the ResourceManager says).
+``tests/test_fault_matrix.py`` runs every cell on every backend whose cluster is up
+(local, SGE, Slurm, YARN); ``bench/fault_matrix.py`` prints the table.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import json
 import re
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, ContextManager, Dict, Iterator, List, Optional
 
 from mxbatch import procs
 from mxbatch.runtime.layout import RunLayout
@@ -29,6 +33,9 @@ from mxbatch.runtime.layout import RunLayout
 FAKEROLE = Path(__file__).resolve().parent / "fakerole.py"
 #: the short timeouts every cell's job runs with
 TIMEOUTS = "grace: 2s, heartbeat_timeout: 6s, stall_timeout: 6s"
+#: how long after the job ended its processes may take to go (a NodeManager kills a
+#: finished application's containers after it reported the end)
+LEFT_S = 10.0
 
 
 class Fault(str, enum.Enum):
@@ -72,16 +79,26 @@ def occupy_here(port: int) -> Callable[[], None]:
 @dataclasses.dataclass(frozen=True)
 class Profile:
     """How the matrix runs on one backend: its test cluster (None: none needed), its
-    options, how to starve a job (a task that cannot start), how to see what is left
-    in its queue, and how to occupy a port where the scheduler will run."""
+    options, how to starve a job (a task that cannot start: other options, or
+    ``starved_worker``, the workers' resources), how to see what is left in its queue,
+    and how to occupy a port where the scheduler will run. ``spec``: spec lines every
+    cell's job gets; ``session``: the environment all cells run in, made from the
+    cluster's (e.g. with a driver started for them); ``watch``: started after submit
+    when the task records are not in the run directory by themselves (returns the
+    stop); ``finished_at``: when the backend says the job ended (None: unknown)."""
 
     backend: str
     cluster: Optional[str] = None
     options: str = ""
+    spec: str = ""
     starved_options: str = ""
     starved_spec: str = ""
+    starved_worker: str = ""
     queued: Callable[[object, str], List[str]] = lambda cli, job: []
     occupy: Callable[[int], Callable[[], None]] = None  # type: ignore[assignment]
+    session: Callable[[Dict[str, str]], ContextManager[Dict[str, str]]] = contextlib.nullcontext
+    watch: Optional[Callable[[object, str], Callable[[], None]]] = None
+    finished_at: Callable[[object, str], Optional[float]] = lambda cli, job: None
 
 
 def occupy_on_test_hosts(port: int) -> Callable[[], None]:
@@ -121,6 +138,50 @@ def _slurm_queued(cli, job: str) -> List[str]:
     return slurm_queued(cli, job)
 
 
+@contextlib.contextmanager
+def skein_driver(env: Dict[str, str]) -> Iterator[Dict[str, str]]:
+    """``env`` with a skein configuration of its own and a global driver started in it
+    (every CLI call uses it, no other test's ``skein driver stop`` ends it)."""
+    import shutil
+    import tempfile
+
+    config = tempfile.mkdtemp(prefix="fm-skein-")
+    env = dict(env, SKEIN_CONFIG=config)
+    skein = Path(sys.executable).parent / "skein"
+    command = [str(skein) if skein.exists() else "skein", "driver"]
+    subprocess.run(command + ["start"], env=env, check=True, capture_output=True, timeout=180)
+    try:
+        yield env
+    finally:
+        subprocess.run(command + ["stop"], env=env, capture_output=True, timeout=60)
+        shutil.rmtree(config, ignore_errors=True)
+
+
+def mirror_records(cli, job: str) -> Callable[[], None]:
+    """Start ``tests/mirror.py`` for ``job`` (its records into its run directory);
+    returns the stop."""
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("mirror.py")), job],
+                            env=cli.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+    def stop() -> None:
+        proc.kill()
+        proc.wait()
+    return stop
+
+
+def _yarn_queued(cli, job: str) -> List[str]:
+    from .yarnjobs import yarn_left
+
+    return yarn_left(cli, job)
+
+
+def _yarn_finished_at(cli, job: str) -> Optional[float]:
+    from .yarnjobs import yarn_finished_at
+
+    return yarn_finished_at(cli, job)
+
+
 PROFILES: Dict[str, Profile] = {
     "local": Profile("local", starved_options="slots: 3", occupy=occupy_here),
     # tiny.q: 2 slots, only for jobs asking -l small; 2 of the 4 tasks never start
@@ -130,6 +191,14 @@ PROFILES: Dict[str, Profile] = {
     # partition tiny: one node with 1 CPU; 3 of the 4 tasks never start
     "slurm": Profile("slurm", cluster="slurm", starved_options="partition: tiny",
                      queued=_slurm_queued, occupy=occupy_on_test_hosts),
+    # one NodeManager (8192 MB, the maximum allocation) on 127.0.0.1: 8 GB workers are
+    # accepted but never fit next to the application master; the workdir is used in
+    # place (same host), the task records are read from the key-value store
+    "yarn": Profile("yarn", cluster="yarn", options="ship_workdir: false",
+                    spec="resources: {memory: 256M}\n",
+                    starved_options="ship_workdir: false", starved_worker="memory: 8G",
+                    queued=_yarn_queued, occupy=occupy_here, session=skein_driver,
+                    watch=mirror_records, finished_at=_yarn_finished_at),
 }
 
 
@@ -158,13 +227,16 @@ def write_spec(tmp_path: Path, profile: Profile, fault: Fault, port: int) -> Pat
     role = json.dumps([sys.executable, str(FAKEROLE)])
     starved = fault in STARVED
     options = profile.starved_options if starved else profile.options
+    worker = (f", resources: {{{profile.starved_worker}}}"
+              if starved and profile.starved_worker else "")
     text = (f"name: fm-{fault.name.lower().replace('_', '-')}\ncommand: {role}\n"
             f"workdir: {tmp_path}\n"
             f"env: {{FAKE_TICK: '0.5', FAKE_BARRIER: '{tmp_path / 'never'}', "
             f"FAKE_RAISE_RANK: '1', FAKE_RAISE_ON: '{tmp_path / 'raise'}'}}\n"
-            f"roles: {{server: {{count: 1}}, worker: {{count: 2}}}}\n"
+            f"roles: {{server: {{count: 1}}, worker: {{count: 2{worker}}}}}\n"
             f"rendezvous: {{startup_timeout: {'15s' if fault is Fault.NEVER_STARTS else '3m'}"
             f", {TIMEOUTS}}}\n")
+    text += profile.spec
     if fault is Fault.PORT_TAKEN:
         text += f"network: {{ports: {port}-{port}}}\n"
     if starved and profile.starved_spec:
@@ -232,9 +304,12 @@ def run_cell(cli, profile: Profile, fault: Fault, tmp_path: Path) -> Cell:
     port = free_port()
     release = profile.occupy(port) if fault is Fault.PORT_TAKEN and profile.occupy else None
     job = ""
+    unwatch: Optional[Callable[[], None]] = None
     try:
         spec = write_spec(tmp_path, profile, fault, port)
         job = cli.submit(spec, "--backend", profile.backend)
+        if profile.watch is not None:
+            unwatch = profile.watch(cli, job)
         if fault in (Fault.NEVER_STARTS, Fault.PORT_TAKEN):
             injected = time.time()
         elif fault is Fault.CANCEL_QUEUED:
@@ -252,9 +327,15 @@ def run_cell(cli, profile: Profile, fault: Fault, tmp_path: Path) -> Cell:
             result = cli.run("wait", job, "--timeout", "120")
         status = cli.status(job)
         reason = status.get("reason", "")
-        ended = [r.get("ended_at") for r in _records(cli, job).values() if r.get("ended_at")]
-        seconds = (max(ended) if ended and fault is not Fault.CANCEL_QUEUED
-                   else time.time()) - injected
+        if unwatch is not None:
+            unwatch()
+            unwatch = None
+        ended = [r["ended_at"] for r in _records(cli, job).values()
+                 if r.get("ended_at") and fault is not Fault.CANCEL_QUEUED]
+        finished = profile.finished_at(cli, job)
+        if finished is not None:
+            ended.append(finished)
+        seconds = (max(ended) if ended else time.time()) - injected
         problems = []
         want_state = "CANCELLED" if fault in CANCELLED else "FAILED"
         want_code = 0 if fault in CANCELLED else 1
@@ -265,6 +346,10 @@ def run_cell(cli, profile: Profile, fault: Fault, tmp_path: Path) -> Cell:
         if not re.search(EXPECTED[fault], reason):
             problems.append(f"reason does not match {EXPECTED[fault]!r}")
         left = procs.job_processes(job)
+        end = time.time() + LEFT_S  # what the batch system still has to reap
+        while left and time.time() < end:
+            time.sleep(0.2)
+            left = procs.job_processes(job)
         if left:
             procs.kill_all(left)
             problems.append(f"processes left: {left}")
@@ -275,6 +360,8 @@ def run_cell(cli, profile: Profile, fault: Fault, tmp_path: Path) -> Cell:
     except Exception as exc:  # a broken cell is a failed cell, with the reason
         return Cell(profile.backend, fault, False, None, "", f"{type(exc).__name__}: {exc}")
     finally:
+        if unwatch is not None:
+            unwatch()
         if release:
             release()
         if job:

@@ -8,7 +8,6 @@ import json
 import re
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 from typing import Dict
 
@@ -17,6 +16,7 @@ import pytest
 from .clusterjobs import example_spec
 from .conftest import Cli, assert_no_processes, cluster_environment, wait_for
 from .test_mxnet_local import assert_trained
+from .yarnjobs import ENDED, app_id, rm_app
 
 pytestmark = [pytest.mark.yarn, pytest.mark.mxnet]
 
@@ -51,21 +51,10 @@ def spec_file(tmp_path: Path, options: str = "", *, name: str = "yarn-mlp",
     return path
 
 
-def app_id(cli: Cli, job: str) -> str:
-    return json.loads((cli.home / "jobs" / f"{job}.json").read_text())["handle"]["app_id"]
-
-
-def rm_app(cli: Cli, app: str) -> dict:
-    """What the ResourceManager's REST API says of an application."""
-    url = f"{cli.env['MXBATCH_YARN_RM_URL']}/ws/v1/cluster/apps/{app}"
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        return json.loads(answer.read())["app"]
-
-
 def assert_gone(cli: Cli, job: str) -> dict:
     """The job's application has ended and nothing of the job runs on this machine."""
     app = rm_app(cli, app_id(cli, job))
-    assert app["state"] in ("FINISHED", "FAILED", "KILLED"), app
+    assert app["state"] in ENDED, app
     assert_no_processes(job)
     return app
 

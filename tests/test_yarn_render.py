@@ -108,7 +108,13 @@ GOLDEN_WORKER = """\
       fi
       ln -sfn "${{LOG_DIRS%%,*}}" logs
       . ./mxbatch-env.sh
-      exec /venv/bin/python runtime.pyz run . --task $((2 + i)) --kv-store mxbatch.backends.yarn_kv:container_store
+      status=0
+      /venv/bin/python runtime.pyz run . --task $((2 + i)) --kv-store mxbatch.backends.yarn_kv:container_store || status=$?
+      if [ "$status" -gt 128 ]; then
+        echo "mxbatch: the supervisor was killed by signal $((status - 128)); waiting up to 75s for the job to end" >&2
+        sleep 75
+      fi
+      exit "$status"
 """
 
 
@@ -130,6 +136,39 @@ def test_skein_specification_is_golden(tmp_path):
     assert GOLDEN_WORKER.format(workdir=tmp_path) in text
     assert list(yarn_spec.application_spec(plan, backend.options)["services"]) == [
         "scheduler", "server", "worker"]
+
+
+@pytest.mark.parametrize("supervisor,code,slept", [
+    ("kill -KILL $$", 137, "75"),        # killed: no final record, the peers must see it
+    ("exit 3", 3, None),                 # failed by itself: its abort is written
+    ("exit 0", 0, None),
+], ids=["killed", "failed", "succeeded"])
+def test_container_outlives_a_killed_supervisor(tmp_path, supervisor, code, slept):
+    """The container script run by bash, with a stand-in supervisor and ``sleep``: a
+    supervisor killed by a signal keeps its container for the peers' heartbeat timeout
+    and grace (30s + 30s + 15s) so that they name the lost task; else it ends at once."""
+    bin_dir, work = tmp_path / "bin", tmp_path / "container"
+    bin_dir.mkdir()
+    work.mkdir()
+    python = bin_dir / "python"
+    python.write_text(f"#!/bin/bash\n{supervisor}\n")
+    (bin_dir / "sleep").write_text(f"#!/bin/bash\necho \"$@\" > {tmp_path / 'slept'}\n")
+    for tool in (python, bin_dir / "sleep"):
+        tool.chmod(0o755)
+    (work / yarn_spec.ENV_FILE).write_text(f"export PATH={bin_dir}:$PATH\n")
+    _, plan = golden(tmp_path)
+    plan = planning.make(plan.spec, "yarn", job_id="golden-00000001", created_at=0,
+                         python=str(python))
+    script = yarn_spec.container_script(plan.run, WORKER)
+    result = subprocess.run(["bash", "-c", script], cwd=work, capture_output=True, text=True,
+                            env={"PATH": "/usr/bin:/bin", "SKEIN_CONTAINER_ID": "worker_1",
+                                 "LOG_DIRS": str(tmp_path)}, timeout=60)
+    assert result.returncode == code, result.stderr
+    if slept is None:
+        assert not (tmp_path / "slept").exists()
+    else:
+        assert (tmp_path / "slept").read_text().split() == [slept]
+        assert "the supervisor was killed by signal 9" in result.stderr
 
 
 def test_specification_is_what_skein_accepts(tmp_path):
@@ -410,7 +449,13 @@ GOLDEN_PYTHON_ENV_SCRIPT = """\
       . ./mxbatch-env.sh
       export PATH="$PWD/python-env/bin:$PATH" VIRTUAL_ENV="$PWD/python-env"
       unset PYTHONHOME
-      exec ./python-env/bin/python runtime.pyz run . --task $((2 + i)) --kv-store mxbatch.backends.yarn_kv:container_store
+      status=0
+      ./python-env/bin/python runtime.pyz run . --task $((2 + i)) --kv-store mxbatch.backends.yarn_kv:container_store || status=$?
+      if [ "$status" -gt 128 ]; then
+        echo "mxbatch: the supervisor was killed by signal $((status - 128)); waiting up to 75s for the job to end" >&2
+        sleep 75
+      fi
+      exit "$status"
 """
 
 
@@ -484,7 +529,7 @@ def test_render_through_the_cli_shows_archive_and_interpreter(cli, tmp_path):
     assert "## python-env/ in every container (backends.yarn.python_env)\n" \
            f"archive {tmp_path / 'env.tar.gz'}\n" in result.stdout
     assert "the runtime and the roles run ./python-env/bin/python" in result.stdout
-    assert "exec ./python-env/bin/python runtime.pyz run ." in result.stdout
+    assert "./python-env/bin/python runtime.pyz run ." in result.stdout
     data = json.loads(cli.run("render", "--json", "--backend", "yarn", str(path)).stdout)
     assert data["native"]["python_env"]["interpreter"] == "./python-env/bin/python"
 

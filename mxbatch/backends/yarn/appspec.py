@@ -32,6 +32,7 @@ serves them.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -47,6 +48,9 @@ from ...schema import ContainerSpec
 from ...typed import Seconds, option
 from .pyenv import ARCHIVE_DIR, INTERPRETER
 
+#: how much longer than the peers' heartbeat timeout and grace a container whose
+#: supervisor was killed waits for the job to end (``container_script``)
+LOST_MARGIN_S = 15.0
 #: memory of a container whose role's spec sets none
 DEFAULT_MEMORY_MIB = 1024
 #: skein's application master: holds the key-value store (skein's default size)
@@ -144,10 +148,24 @@ def docker_environment(container: ContainerSpec) -> Dict[str, str]:
     return env
 
 
+def lost_linger_s(run: RunPlan) -> int:
+    """How long a container outlives its supervisor killed by a signal (see
+    ``container_script``): the peers' heartbeat timeout, the grace period of their
+    teardown, and ``LOST_MARGIN_S``."""
+    return math.ceil(run.heartbeat_timeout_s + run.grace_s + LOST_MARGIN_S)
+
+
 def container_script(run: RunPlan, role: Role, python_env: bool = False) -> str:
     """The bash script of one service: find the task from the container index, link
     ``logs`` to YARN's log directory, load the environment (with a shipped
-    ``python_env``: its ``bin`` first on ``PATH``), run the supervisor."""
+    ``python_env``: its ``bin`` first on ``PATH``), run the supervisor.
+
+    A supervisor killed by a signal (SIGKILL, a crash) writes no final record. Its
+    container stays (``lost_linger_s``) so that the peers see its heartbeat stop and
+    end the job naming the task; skein would otherwise end the application at once
+    with only the service's name. The container exits with the supervisor's status
+    then, if the job has not ended by that time. Any other exit (a supervisor that
+    never started: exit 127, 126...) ends the container at once."""
     tasks = run.tasks_of(role)
     first = tasks[0].index
     python = INTERPRETER if python_env else quote(run.python)
@@ -166,8 +184,15 @@ def container_script(run: RunPlan, role: Role, python_env: bool = False) -> str:
         'ln -sfn "${LOG_DIRS%%,*}" logs',
         f". ./{ENV_FILE}",
         *shipped,
-        f"exec {python} {RUNTIME_FILE} run . --task $(({first} + i)) "
-        f"--kv-store {KV_STORE_FACTORY}",
+        "status=0",
+        f"{python} {RUNTIME_FILE} run . --task $(({first} + i)) "
+        f"--kv-store {KV_STORE_FACTORY} || status=$?",
+        'if [ "$status" -gt 128 ]; then',
+        f'  echo "mxbatch: the supervisor was killed by signal $((status - 128)); '
+        f'waiting up to {lost_linger_s(run)}s for the job to end" >&2',
+        f"  sleep {lost_linger_s(run)}",
+        "fi",
+        'exit "$status"',
     ]) + "\n"
 
 

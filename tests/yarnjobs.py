@@ -1,0 +1,70 @@
+"""What the YARN test cluster itself says of a job (ci/clusters/yarn-up.sh): its
+application in the ResourceManager's REST API and its containers in the
+NodeManagers' (``MXBATCH_YARN_RM_URL`` from yarn.env)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from typing import List, Optional
+
+from .conftest import Cli
+
+#: YARN's application states once it ended (the ResourceManager's words)
+ENDED = ("FINISHED", "FAILED", "KILLED")
+#: NodeManager container states of a container whose processes are gone
+CONTAINER_GONE = ("EXITED_WITH_SUCCESS", "EXITED_WITH_FAILURE", "CONTAINER_CLEANEDUP_AFTER_KILL",
+                  "DONE", "LOCALIZATION_FAILED")
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+def app_id(cli: Cli, job: str) -> str:
+    """The job's YARN application, from its job record."""
+    return json.loads((cli.home / "jobs" / f"{job}.json").read_text())["handle"]["app_id"]
+
+
+def rm_app(cli: Cli, app: str) -> dict:
+    """What the ResourceManager's REST API says of an application."""
+    return _get(f"{cli.env['MXBATCH_YARN_RM_URL']}/ws/v1/cluster/apps/{app}")["app"]
+
+
+def live_containers(cli: Cli, app: str) -> List[str]:
+    """``<container id> <state>`` of every container of ``app`` that a NodeManager
+    has not yet seen end."""
+    prefix = "container_" + app.split("_", 1)[1] + "_"
+    found = []
+    for node in _get(f"{cli.env['MXBATCH_YARN_RM_URL']}/ws/v1/cluster/nodes")["nodes"]["node"]:
+        listed = _get(f"http://{node['nodeHTTPAddress']}/ws/v1/node/containers")
+        for container in (listed.get("containers") or {}).get("container", []):
+            if container["id"].startswith(prefix) and container["state"] not in CONTAINER_GONE:
+                found.append(f"{container['id']} {container['state']}")
+    return found
+
+
+def yarn_left(cli: Cli, job: str, timeout: float = 15.0) -> List[str]:
+    """What of the job YARN still has after ``timeout`` seconds: its application if it
+    has not ended (or still counts running containers), its containers that a
+    NodeManager still runs. [] once everything is gone."""
+    app = app_id(cli, job)
+    deadline = time.time() + timeout
+    while True:
+        report = rm_app(cli, app)
+        left = []
+        if report["state"] not in ENDED or report.get("runningContainers", 0) > 0:
+            left.append(f"{app} {report['state']} ({report.get('runningContainers')} "
+                        "running containers)")
+        left += live_containers(cli, app)
+        if not left or time.time() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def yarn_finished_at(cli: Cli, job: str) -> Optional[float]:
+    """When the ResourceManager says the job's application ended (None: not yet)."""
+    finished = rm_app(cli, app_id(cli, job)).get("finishedTime") or 0
+    return finished / 1000 if finished > 0 else None
