@@ -7,11 +7,12 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import pytest
 
@@ -83,6 +84,13 @@ class Cli:
         return subprocess.Popen([sys.executable, "-m", "mxbatch", *args],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=dict(self.env, **(env or {})), **kwargs)
+
+    def foreground(self, *args: str, env: Optional[Dict[str, str]] = None, **kwargs):
+        """``popen`` as a terminal's foreground command, which Ctrl-C reaches: SIGINT at
+        its default even where the tests run with it ignored (a background job)."""
+        return self.popen(*args, env=env,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                          **kwargs)
 
     def submit(self, spec: Path, *args: str, env: Optional[Dict[str, str]] = None) -> str:
         result = self.run("submit", str(spec), *args, env=env)
@@ -214,3 +222,31 @@ def hosts_env() -> Dict[str, str]:
 def hosts_cli(home, hosts_env) -> Cli:
     """The CLI with the test hosts' environment."""
     return Cli(home, base_env=hosts_env)
+
+
+@pytest.fixture(scope="module")
+def yarn_env():
+    """The YARN cluster's environment with a skein driver of the module's own (a private
+    SKEIN_CONFIG: other test runs on the cluster start and stop theirs), so that CLI
+    calls do not each start one."""
+    from .yarnjobs import skein_driver
+
+    with skein_driver(cluster_environment("yarn")) as env:
+        yield env
+
+
+@pytest.fixture
+def yarn(home, yarn_env) -> Cli:
+    """The CLI with the YARN cluster's environment and the module's skein driver."""
+    return Cli(home, yarn_env)
+
+
+def interrupt(proc: subprocess.Popen, timeout: float, what: str = "mxbatch") -> Tuple[str, str]:
+    """Ctrl-C (SIGINT) to ``proc``; its stdout and stderr once it exited. Fails the test,
+    killing it, if it still runs ``timeout`` seconds later."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"{what} still running {timeout:g} s after SIGINT:\n{proc.communicate()}")

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, ContextManager, Dict, Iterator, List, Optional
+from typing import Callable, ContextManager, Dict, List, Optional
 
 from mxbatch import procs
 from mxbatch.runtime.layout import RunLayout
@@ -138,25 +138,6 @@ def _slurm_queued(cli, job: str) -> List[str]:
     return slurm_queued(cli, job)
 
 
-@contextlib.contextmanager
-def skein_driver(env: Dict[str, str]) -> Iterator[Dict[str, str]]:
-    """``env`` with a skein configuration of its own and a global driver started in it
-    (every CLI call uses it, no other test's ``skein driver stop`` ends it)."""
-    import shutil
-    import tempfile
-
-    config = tempfile.mkdtemp(prefix="fm-skein-")
-    env = dict(env, SKEIN_CONFIG=config)
-    skein = Path(sys.executable).parent / "skein"
-    command = [str(skein) if skein.exists() else "skein", "driver"]
-    subprocess.run(command + ["start"], env=env, check=True, capture_output=True, timeout=180)
-    try:
-        yield env
-    finally:
-        subprocess.run(command + ["stop"], env=env, capture_output=True, timeout=60)
-        shutil.rmtree(config, ignore_errors=True)
-
-
 def mirror_records(cli, job: str) -> Callable[[], None]:
     """Start ``tests/mirror.py`` for ``job`` (its records into its run directory);
     returns the stop."""
@@ -174,6 +155,12 @@ def _yarn_queued(cli, job: str) -> List[str]:
     from .yarnjobs import yarn_left
 
     return yarn_left(cli, job)
+
+
+def _skein_driver(env: Dict[str, str]) -> ContextManager[Dict[str, str]]:
+    from .yarnjobs import skein_driver
+
+    return skein_driver(env)
 
 
 def _yarn_finished_at(cli, job: str) -> Optional[float]:
@@ -197,7 +184,7 @@ PROFILES: Dict[str, Profile] = {
     "yarn": Profile("yarn", cluster="yarn", options="ship_workdir: false",
                     spec="resources: {memory: 256M}\n",
                     starved_options="ship_workdir: false", starved_worker="memory: 8G",
-                    queued=_yarn_queued, occupy=occupy_here, session=skein_driver,
+                    queued=_yarn_queued, occupy=occupy_here, session=_skein_driver,
                     watch=mirror_records, finished_at=_yarn_finished_at),
 }
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import secrets
-import signal
 import sys
 
 import pytest
 
-from .conftest import FAKEROLE, wait_for
+from .conftest import FAKEROLE, interrupt, wait_for
 from .hostjobs import (
     abort_record,
     all_running,
@@ -100,14 +99,39 @@ def test_cancel_stops_every_host_within_15s(hosts_cli, hosts_env, tmp_path, back
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_ctrl_c_on_an_attached_launch(hosts_cli, hosts_env, tmp_path, backend):
-    proc = hosts_cli.popen("launch", "-n", "2", "-H", hosts_env["MXBATCH_TEST_HOSTFILE"],
-                           "--launcher", backend, "--grace", "2s", sys.executable,
-                           str(FAKEROLE), env={"FAKE_SLEEP": "300"}, cwd=tmp_path)
+    proc = _foreground_launch(hosts_cli, hosts_env, tmp_path, backend)
     run_dir = wait_for(lambda: next(iter(hosts_cli.run_dirs()), None), 60, "the run directory")
     wait_for(lambda: all_running(run_dir, 5), 90, "every task running")
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
+    stdout, stderr = interrupt(proc, 60)
     assert proc.returncode == 130, stderr
     assert "CANCELLED: interrupted (Ctrl-C)" in stderr
     assert last_end(run_dir) - abort_record(run_dir)["at"] < 15
     assert_clean(stdout.split()[0])
+
+
+def _foreground_launch(hosts_cli, hosts_env, tmp_path, backend):
+    """``mxbatch launch`` of a long stand-in job as a terminal's foreground command
+    (SIGINT at its default even where the tests run with it ignored)."""
+    return hosts_cli.foreground("launch", "-n", "2", "-H", hosts_env["MXBATCH_TEST_HOSTFILE"],
+                                "--launcher", backend, "--grace", "2s", sys.executable,
+                                str(FAKEROLE), env={"FAKE_SLEEP": "300"}, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ctrl_c_while_the_hosts_start(hosts_cli, hosts_env, tmp_path, backend):
+    """SIGINT as soon as the run directory exists: the controller is still reaching the
+    hosts (ssh: the agents' hellos; MPI: mpirun starting the ranks, whose roles may
+    already run). The job is cancelled all the same: exit 130, nothing left on any host."""
+    proc = _foreground_launch(hosts_cli, hosts_env, tmp_path, backend)
+    run_dir = wait_for(lambda: next(iter(hosts_cli.run_dirs()), None), 60, "the run directory",
+                       interval=0.01)
+    stdout, stderr = interrupt(proc, 90)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "Aborted" not in stderr, stderr
+    job = run_dir.name
+    if stdout.strip():  # submitted, then cancelled
+        assert stdout.split()[0] == job
+        assert "CANCELLED: interrupted (Ctrl-C)" in stderr, stderr
+    else:  # interrupted before the submission ended: rolled back, nothing kept
+        assert not run_dir.exists(), stderr
+    assert_clean(job)

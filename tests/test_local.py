@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import FAKEROLE, assert_no_processes, job_times, task_record, wait_for
+from .conftest import (
+    FAKEROLE,
+    assert_no_processes,
+    interrupt,
+    job_times,
+    task_record,
+    wait_for,
+)
 
 
 def fake_spec(tmp_path: Path, *, workers: int = 1, servers: int = 1, extra: str = "",
@@ -186,13 +193,6 @@ def test_walltime_is_enforced(cli, tmp_path):
 CTRL_C_MOMENTS = ("at-once", "scheduler-running", "worker-running")
 
 
-def _foreground(cli, *args: str, **kwargs) -> subprocess.Popen:
-    """The CLI as a terminal's foreground command, which Ctrl-C reaches: SIGINT at its
-    default even where this test runs with it ignored (a background job of a shell)."""
-    return cli.popen(*args, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-                     **kwargs)
-
-
 def _running(run_dir: Path, role: str):
     return lambda: (task_record(run_dir, role, 0) or {}).get("state") == "RUNNING"
 
@@ -205,9 +205,9 @@ def test_ctrl_c_on_attached_submit_cancels(cli, tmp_path, command, moment):
     runs this many times on a loaded machine (the race it once lost)."""
     if command == "submit":
         spec = fake_spec(tmp_path, extra="env: {FAKE_SLEEP: '600'}\n")
-        proc = _foreground(cli, "submit", "--wait", str(spec))
+        proc = cli.foreground("submit", "--wait", str(spec))
     else:
-        proc = _foreground(cli, "launch", "-n", "1", "-s", "1", "--grace", "1s", "--",
+        proc = cli.foreground("launch", "-n", "1", "-s", "1", "--grace", "1s", "--",
                            sys.executable, str(FAKEROLE), env={"FAKE_SLEEP": "600"},
                            cwd=tmp_path)
     job = proc.stdout.readline().strip()
@@ -217,13 +217,7 @@ def test_ctrl_c_on_attached_submit_cancels(cli, tmp_path, command, moment):
         wait_for(_running(run_dir, "scheduler"), 60, "the scheduler to run")
     elif moment == "worker-running":
         wait_for(_running(run_dir, "worker"), 60, "the worker to run")
-    proc.send_signal(signal.SIGINT)
-    try:
-        _, err = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-        pytest.fail(f"mxbatch {command} still running 30 s after SIGINT ({moment}):\n{err}")
+    _, err = interrupt(proc, 30, f"mxbatch {command} ({moment})")
     assert proc.returncode == 130, err
     assert "CANCELLED" in err and "Traceback" not in err, err
     assert cli.status(job)["state"] == "CANCELLED"
@@ -244,15 +238,10 @@ def test_ctrl_c_while_starting_exits_130_and_leaves_nothing(cli, tmp_path, delay
     """SIGINT at any moment of the start-up (importing, parsing, submitting): exit 130,
     no traceback; a job it got to submit is CANCELLED with nothing left running. The
     delays are no synchronisation: they are the moments tried."""
-    proc = _foreground(cli, "launch", "-n", "1", "-s", "1", "--grace", "1s", "--",
+    proc = cli.foreground("launch", "-n", "1", "-s", "1", "--grace", "1s", "--",
                        sys.executable, str(FAKEROLE), env={"FAKE_SLEEP": "600"}, cwd=tmp_path)
     time.sleep(delay)
-    proc.send_signal(signal.SIGINT)
-    try:
-        out, err = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail(f"mxbatch launch still running 30 s after SIGINT:\n{proc.communicate()}")
+    out, err = interrupt(proc, 30, "mxbatch launch")
     assert "Aborted" not in err, err
     if _interrupted_before_mxbatch(err):
         assert proc.returncode in (1, 130, -signal.SIGINT) and cli.run_dirs() == [], err

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import pytest
 
 from mxbatch.errors import ExitCode
 
-from .conftest import FAKEROLE, Cli, assert_no_processes, task_record, wait_for
+from .conftest import FAKEROLE, Cli, assert_no_processes, interrupt, task_record, wait_for
 
 PLUGIN_SOURCE = Path(__file__).resolve().parent / "plugin"
 
@@ -106,20 +104,14 @@ def test_ctrl_c_on_a_followed_submit_cancels_the_job(plugin_cli, tmp_path, momen
     role = json.dumps([sys.executable, str(FAKEROLE)])
     path = tmp_path / "job.yaml"
     path.write_text(f"command: {role}\nenv: {{FAKE_SLEEP: '600'}}\nrendezvous: {{grace: 1s}}\n")
-    proc = plugin_cli.popen("submit", "--wait", "--backend", "followed", str(path),
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = plugin_cli.foreground("submit", "--wait", "--backend", "followed", str(path))
     job = proc.stdout.readline().strip()
     assert job, proc.communicate(timeout=60)[1]
     if moment == "worker-running":
         run_dir = plugin_cli.home / "runs" / job
         wait_for(lambda: (task_record(run_dir, "worker", 0) or {}).get("state") == "RUNNING",
                  60, "the worker to run")
-    proc.send_signal(signal.SIGINT)
-    try:
-        _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail(f"still running 60 s after SIGINT: {proc.communicate()}")
+    _, err = interrupt(proc, 60)
     assert proc.returncode == 130 and "Traceback" not in err, err
     assert plugin_cli.status(job)["state"] == "CANCELLED"
     assert_no_processes(job)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from pathlib import Path
 from typing import Dict
@@ -14,29 +13,11 @@ from typing import Dict
 import pytest
 
 from .clusterjobs import example_spec
-from .conftest import Cli, assert_no_processes, cluster_environment, wait_for
+from .conftest import Cli, assert_no_processes, wait_for
 from .test_mxnet_local import assert_trained
 from .yarnjobs import ENDED, app_id, rm_app
 
 pytestmark = [pytest.mark.yarn, pytest.mark.mxnet]
-
-
-@pytest.fixture(scope="module")
-def yarn_env():
-    """The cluster's environment, with a global skein driver running for the module so
-    that CLI calls do not each start one (test_example_job starts its own: cold)."""
-    env = cluster_environment("yarn")
-    skein = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "skein"
-    command = [str(skein)] if skein.exists() else ["skein"]
-    subprocess.run(command + ["driver", "start"], env=env, check=True, capture_output=True,
-                   timeout=120)
-    yield env
-    subprocess.run(command + ["driver", "stop"], env=env, capture_output=True, timeout=60)
-
-
-@pytest.fixture
-def yarn(home, yarn_env) -> Cli:
-    return Cli(home, yarn_env)
 
 
 def spec_file(tmp_path: Path, options: str = "", *, name: str = "yarn-mlp",

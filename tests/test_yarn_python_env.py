@@ -6,14 +6,13 @@ later submissions reuse the cached archive."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, Tuple
 
 import pytest
 
-from .conftest import Cli, cluster_environment
+from .conftest import Cli
 from .test_mxnet_local import assert_trained
 from .test_yarn import spec_file
 
@@ -37,24 +36,6 @@ sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 '''
 LINE = re.compile(r"PYENV prefix=(\S+) executable=(\S+) python3=(\S+) container=(\S+)")
-
-
-@pytest.fixture(scope="module")
-def yarn_env(tmp_path_factory):
-    """The cluster's environment with a skein driver of this module's own (a private
-    SKEIN_CONFIG): other test runs on the same cluster start and stop theirs."""
-    env = dict(cluster_environment("yarn"), SKEIN_CONFIG=str(tmp_path_factory.mktemp("skein")))
-    skein = Path(sys.executable).with_name("skein")
-    command = [str(skein)] if skein.exists() else ["skein"]
-    subprocess.run(command + ["driver", "start"], env=env, check=True, capture_output=True,
-                   timeout=120)
-    yield env
-    subprocess.run(command + ["driver", "stop"], env=env, capture_output=True, timeout=60)
-
-
-@pytest.fixture
-def yarn(home, yarn_env) -> Cli:
-    return Cli(home, yarn_env)
 
 
 def env_spec(tmp_path: Path, python_env: str, name: str) -> Path:

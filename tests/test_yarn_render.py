@@ -436,27 +436,14 @@ def test_status_of_a_finished_job_needs_no_driver(home, tmp_path):
 
 # ------------------------------------------------------------------ shipped Python environment
 
-GOLDEN_PYTHON_ENV_SCRIPT = """\
-    script: |
-      # mxbatch job golden-00000001: container worker_<i> runs task 2+i (worker[i])
-      set -e
-      i=${{SKEIN_CONTAINER_ID##*_}}
-      if [ "$i" -ge 3 ]; then
-        echo "mxbatch: container $SKEIN_CONTAINER_ID: the job has only 3 worker task(s)" >&2
-        exit 2
-      fi
-      ln -sfn "${{LOG_DIRS%%,*}}" logs
-      . ./mxbatch-env.sh
-      export PATH="$PWD/python-env/bin:$PATH" VIRTUAL_ENV="$PWD/python-env"
-      unset PYTHONHOME
-      status=0
-      ./python-env/bin/python runtime.pyz run . --task $((2 + i)) --kv-store mxbatch.backends.yarn_kv:container_store || status=$?
-      if [ "$status" -gt 128 ]; then
-        echo "mxbatch: the supervisor was killed by signal $((status - 128)); waiting up to 75s for the job to end" >&2
-        sleep 75
-      fi
-      exit "$status"
-"""
+#: the worker's script with python_env: the shipped environment's bin leads PATH and its
+#: interpreter runs the supervisor; the rest as in GOLDEN_WORKER
+GOLDEN_PYTHON_ENV_SCRIPT = GOLDEN_WORKER[GOLDEN_WORKER.index("    script: |"):].replace(
+    "      . ./mxbatch-env.sh\n",
+    "      . ./mxbatch-env.sh\n"
+    '      export PATH="$PWD/python-env/bin:$PATH" VIRTUAL_ENV="$PWD/python-env"\n'
+    "      unset PYTHONHOME\n").replace("      /venv/bin/python runtime.pyz",
+                                      "      ./python-env/bin/python runtime.pyz")
 
 
 def env_spec(tmp_path: Path, value: str) -> Path:

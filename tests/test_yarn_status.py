@@ -13,7 +13,6 @@ import json
 import resource
 import shutil
 import statistics
-import subprocess
 from pathlib import Path
 from typing import Dict
 
@@ -21,31 +20,8 @@ import pytest
 
 from mxbatch.backends.yarn import rest
 
-from .conftest import Cli, cluster_environment, wait_for
+from .conftest import Cli, wait_for
 from .test_yarn import app_id, assert_gone, rm_app, spec_file
-
-
-@pytest.fixture(scope="module")
-def yarn_env(tmp_path_factory):
-    """The cluster's environment with a global skein driver of this module's own (a
-    private SKEIN_CONFIG with the cluster's credentials: other users of the cluster
-    starting and stopping theirs change nothing here) for the submissions."""
-    env = cluster_environment("yarn")
-    private = tmp_path_factory.mktemp("skein")
-    for name in ("skein.crt", "skein.pem"):
-        shutil.copy(Path(env["SKEIN_CONFIG"]) / name, private / name)
-    env["SKEIN_CONFIG"] = str(private)
-    skein = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "skein"
-    command = [str(skein)] if skein.exists() else ["skein"]
-    subprocess.run(command + ["driver", "start"], env=env, check=True, capture_output=True,
-                   timeout=120)
-    yield env
-    subprocess.run(command + ["driver", "stop"], env=env, capture_output=True, timeout=60)
-
-
-@pytest.fixture
-def yarn(home, yarn_env) -> Cli:
-    return Cli(home, yarn_env)
 
 pytestmark = [pytest.mark.yarn, pytest.mark.mxnet]
 

@@ -4,10 +4,16 @@ NodeManagers' (``MXBATCH_YARN_RM_URL`` from yarn.env)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 import urllib.request
-from typing import List, Optional
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
 
 from .conftest import Cli
 
@@ -68,3 +74,24 @@ def yarn_finished_at(cli: Cli, job: str) -> Optional[float]:
     """When the ResourceManager says the job's application ended (None: not yet)."""
     finished = rm_app(cli, app_id(cli, job)).get("finishedTime") or 0
     return finished / 1000 if finished > 0 else None
+
+
+@contextlib.contextmanager
+def skein_driver(env: Dict[str, str]) -> Iterator[Dict[str, str]]:
+    """``env`` with a skein configuration of its own (the cluster's credentials copied
+    in, when it has some) and a global driver started in it: every CLI call of the
+    caller uses that driver, and no other test run's ``skein driver stop`` ends it."""
+    config = Path(tempfile.mkdtemp(prefix="mxbatch-test-skein-"))
+    shared = env.get("SKEIN_CONFIG")
+    for name in ("skein.crt", "skein.pem"):
+        if shared and (Path(shared) / name).is_file():
+            shutil.copy(Path(shared) / name, config / name)
+    env = dict(env, SKEIN_CONFIG=str(config))
+    skein = Path(sys.executable).parent / "skein"
+    command = [str(skein) if skein.exists() else "skein", "driver"]
+    subprocess.run(command + ["start"], env=env, check=True, capture_output=True, timeout=180)
+    try:
+        yield env
+    finally:
+        subprocess.run(command + ["stop"], env=env, capture_output=True, timeout=60)
+        shutil.rmtree(config, ignore_errors=True)
