@@ -141,9 +141,11 @@ def _slurm_queued(cli, job: str) -> List[str]:
 def mirror_records(cli, job: str) -> Callable[[], None]:
     """Start ``tests/mirror.py`` for ``job`` (its records into its run directory);
     returns the stop."""
+    log = open(cli.home / f"mirror-{job}.log", "ab")
     proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("mirror.py")), job],
-                            env=cli.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=cli.env, stdout=subprocess.DEVNULL, stderr=log,
                             start_new_session=True)
+    log.close()
 
     def stop() -> None:
         proc.kill()
@@ -265,7 +267,8 @@ def _wait_running(cli, job: str, deadline_s: float = 180) -> Dict[str, dict]:
             return records
         time.sleep(0.2)
     raise AssertionError(f"{job}: the tasks did not all run within {deadline_s}s: "
-                         + ", ".join(f"{k} {v.get('state')}" for k, v in records.items()))
+                         + ", ".join(f"{k} {v.get('state')}" for k, v in records.items())
+                         + f"; scheduler listening: {_listening(cli, job)}")
 
 
 def _inject(fault: Fault, records: Dict[str, dict], tmp_path: Path) -> None:

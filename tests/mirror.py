@@ -27,8 +27,11 @@ def mirror(job_id: str, seconds: float) -> None:
     keys = load_run_plan(record).task_keys()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        rendezvous.read_scheduler()
-        rendezvous.read_tasks(keys)
+        try:
+            rendezvous.read_scheduler()
+            rendezvous.read_tasks(keys)
+        except Exception as exc:  # a busy application master: keep mirroring
+            sys.stderr.write(f"mirror: {type(exc).__name__}: {exc}\n")
         time.sleep(INTERVAL_S)
 
 

@@ -452,6 +452,11 @@ class TaskRunner:
                     self.say("removing container %s (its client did not end by itself)"
                              % self.container.name)
                 self.container.remove()
+            elif self.phase is Phase.STOPPING:
+                # stopped by us: the client ended on SIGTERM, but its --rm is the runtime's
+                # own clean-up after the container's exit, which podman runs in a process
+                # of its own that may come seconds late or not at all on a loaded host
+                self.container.remove()
             self.container.forget_env_file()
         self.phase = Phase.DONE
         self.record.ended_at = wall if wall is not None else time.time()
