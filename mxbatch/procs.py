@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import List
+from typing import Callable, List
 
 
 def pid_alive(pid: int) -> bool:
@@ -42,9 +42,9 @@ def _ancestors() -> List[int]:
     return chain
 
 
-def job_processes(job_id: str) -> List[int]:
-    """Pids of live processes whose environment has ``MXBATCH_JOB_ID=job_id``."""
-    needle = f"MXBATCH_JOB_ID={job_id}".encode()
+def processes_with_variable(matches: Callable[[bytes], bool]) -> List[int]:
+    """Pids of live processes (not this one nor its ancestors) that have an environment
+    entry (``b"NAME=value"``) for which ``matches`` is true."""
     skip = set(_ancestors())
     found = []
     for entry in os.listdir("/proc"):
@@ -52,11 +52,18 @@ def job_processes(job_id: str) -> List[int]:
             continue
         try:
             with open(f"/proc/{entry}/environ", "rb") as handle:
-                if needle in handle.read().split(b"\0") and pid_alive(int(entry)):
-                    found.append(int(entry))
+                variables = handle.read().split(b"\0")
         except OSError:
             continue
+        if any(matches(v) for v in variables) and pid_alive(int(entry)):
+            found.append(int(entry))
     return found
+
+
+def job_processes(job_id: str) -> List[int]:
+    """Pids of live processes whose environment has ``MXBATCH_JOB_ID=job_id``."""
+    needle = f"MXBATCH_JOB_ID={job_id}".encode()
+    return processes_with_variable(lambda variable: variable == needle)
 
 
 def kill_all(pids: List[int], signum: int = signal.SIGKILL) -> None:

@@ -175,19 +175,7 @@ def processes_of_jobs_named(name: str) -> List[int]:
     """Live processes of any job named ``name`` (job ids are ``<name>-<8 hex>``): their
     environment has ``MXBATCH_JOB_ID=<name>-...``. Not this test's own processes."""
     needle = f"MXBATCH_JOB_ID={name}-".encode()
-    mine = {os.getpid()}
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in mine:
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as handle:
-                variables = handle.read().split(b"\0")
-        except OSError:
-            continue
-        if any(v.startswith(needle) for v in variables) and procs.pid_alive(int(entry)):
-            found.append(int(entry))
-    return found
+    return procs.processes_with_variable(lambda variable: variable.startswith(needle))
 
 
 def copy_example(directory: Path) -> Path:
