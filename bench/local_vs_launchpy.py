@@ -76,7 +76,7 @@ def launcher_rss_kib(root: int, job_id: Optional[str]) -> int:
     tree = _children()
     todo, seen = [root], set()
     if job_id:
-        from mxbatch.procs import job_processes
+        from mxbatch.runtime.procs import job_processes
 
         todo += job_processes(job_id)
     total = 0
@@ -143,7 +143,7 @@ def _processes_of_run(session: int, token: str) -> List[int]:
 def _kill_run(session: int, token: str, job_id: Optional[str]) -> None:
     """SIGKILL what this run started, and nothing else on the machine: the launcher's
     session, the processes with its token, and the mxbatch job's (MXBATCH_JOB_ID)."""
-    from mxbatch.procs import job_processes, kill_all, wait_gone
+    from mxbatch.runtime.procs import job_processes, kill_all, wait_gone
 
     pids = set(_processes_of_run(session, token))
     if job_id:

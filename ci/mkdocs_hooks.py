@@ -4,7 +4,7 @@ backends' options and the CLI."""
 
 from mkdocs.structure.files import File
 
-from mxbatch import reference
+from mxbatch.cli import reference
 
 
 def on_files(files, config):

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from mxbatch import procs
+from mxbatch.runtime import procs
 from mxbatch.runtime.layout import RunLayout
 from mxbatch.runtime.planfile import RunPlan
 

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable, ContextManager, Dict, List, Optional
 
-from mxbatch import procs
+from mxbatch.runtime import procs
 from mxbatch.runtime.layout import RunLayout
 
 FAKEROLE = Path(__file__).resolve().parent / "fakerole.py"

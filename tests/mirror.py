@@ -15,8 +15,9 @@ from __future__ import annotations
 import sys
 import time
 
-from mxbatch import jobs, records
+from mxbatch.backends import records
 from mxbatch.backends.base import load_run_plan
+from mxbatch.jobs import submit as jobs
 
 INTERVAL_S = 0.3
 

@@ -8,10 +8,10 @@ import types
 
 import pytest
 
-from mxbatch.backends import drmaa as drmaa_glue
-from mxbatch.backends.sge import SgeBackend, SgeOptions, Submitter
-from mxbatch.backends.slurm import SlurmBackend, SlurmOptions
-from mxbatch.backends.slurm import Submitter as SlurmSubmitter
+from mxbatch.backends.batch import drmaa as drmaa_glue
+from mxbatch.backends.batch.sge import SgeBackend, SgeOptions, Submitter
+from mxbatch.backends.batch.slurm import SlurmBackend, SlurmOptions
+from mxbatch.backends.batch.slurm import Submitter as SlurmSubmitter
 from mxbatch.errors import BackendUnavailable
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from mxbatch import plan as planning
-from mxbatch import records as job_records
-from mxbatch import spec as specs
+from mxbatch.backends import records as job_records
+from mxbatch.spec import parse as specs
+from mxbatch.spec import plan as planning
 
 from .conftest import Cli
 

@@ -15,10 +15,10 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from mxbatch import plan as planning
-from mxbatch import rundir
-from mxbatch import spec as specs
+from mxbatch.backends import rundir
 from mxbatch.runtime.layout import RunLayout
+from mxbatch.spec import parse as specs
+from mxbatch.spec import plan as planning
 
 from .conftest import cluster_env_file, cluster_environment, copy_example
 from .test_mxnet_local import assert_trained

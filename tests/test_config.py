@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from mxbatch import config as siteconfig
-from mxbatch import spec as specs
 from mxbatch.errors import SpecError
 from mxbatch.runtime.roles import Role
+from mxbatch.spec import config as siteconfig
+from mxbatch.spec import parse as specs
 
 from .conftest import write_spec
 
@@ -190,7 +190,7 @@ def test_spec_error_for_a_profile_value_names_the_config_file(tmp_path, monkeypa
     path = write_spec(tmp_path / "config.yaml",
                       "profiles:\n  p:\n    container: {runtime: podman, image: x}\n")
     monkeypatch.setenv("MXBATCH_CONFIG", str(path))
-    from mxbatch import jobs
+    from mxbatch.jobs import submit as jobs
 
     spec = siteconfig.load_job(write_spec(tmp_path / "job.yaml", SPEC), profile="p")
     with pytest.raises(SpecError) as error:

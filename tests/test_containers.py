@@ -20,7 +20,7 @@ from typing import Dict, List, Optional
 import pytest
 import yaml
 
-from mxbatch import records
+from mxbatch.backends import records
 
 from .conftest import (
     FAKEROLE,

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mxbatch import jobs
-from mxbatch import spec as specs
 from mxbatch.errors import BackendUnavailable, SpecError
+from mxbatch.jobs import submit as jobs
 from mxbatch.runtime import procstat
 from mxbatch.runtime.container import (
     ContainerPlan,
@@ -31,6 +30,7 @@ from mxbatch.runtime.container import (
     write_private,
 )
 from mxbatch.runtime.planfile import RunPlan
+from mxbatch.spec import parse as specs
 
 from .conftest import wait_for
 

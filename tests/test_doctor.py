@@ -13,29 +13,30 @@ from pathlib import Path
 
 import pytest
 
-from mxbatch import doctor
-from mxbatch.doctor import Outcome
+from mxbatch.doctor import checks as doctor
+from mxbatch.doctor import runner
+from mxbatch.doctor.checks import Outcome
 
 from .conftest import Cli, assert_no_processes, cluster_env_file, cluster_environment, write_spec
 
 
 def test_rendezvous_dir_open_to_others_fails_with_chmod(tmp_path):
-    from mxbatch import config as siteconfig
+    from mxbatch.spec import config as siteconfig
 
     runs = tmp_path / "runs"
     runs.mkdir(mode=0o755)
     runs.chmod(0o755)
     spec = siteconfig.job_from_mapping({"command": ["python3"], "rendezvous": {"dir": str(runs)}},
                                        base_dir=tmp_path, default_name="d")
-    check = doctor.rendezvous_check(spec)
+    check = runner.rendezvous_check(spec)
     assert check.outcome is Outcome.FAIL and "mode 0755" in check.detail
     assert check.fix == f"chmod 700 {runs}"
     runs.chmod(0o700)
-    assert doctor.rendezvous_check(spec).ok
+    assert runner.rendezvous_check(spec).ok
     fresh = siteconfig.job_from_mapping(
         {"command": ["python3"], "rendezvous": {"dir": str(tmp_path / "new" / "runs")}},
         base_dir=tmp_path, default_name="d")
-    created = doctor.rendezvous_check(fresh)
+    created = runner.rendezvous_check(fresh)
     assert created.ok and "(created)" in created.detail
     assert (tmp_path / "new" / "runs").stat().st_mode & 0o777 == 0o700
 
@@ -50,7 +51,7 @@ def test_helpers_say_what_failed_and_how_to_fix_it(tmp_path):
     assert not slow.ok and "did not answer within 0.5s" in slow.detail
     runtime = doctor.container_check("no-such-runtime-h13", "image:tag")
     assert [c.ok for c in runtime] == [False] and "not installed" in runtime[0].detail
-    text = doctor.format_checks([doctor.passed("a", "fine"), failing,
+    text = runner.format_checks([doctor.passed("a", "fine"), failing,
                                  doctor.skipped("probe job", "not run")])
     assert "FAIL  false answers" in text and "fix: start it" in text
     assert text.endswith("1 of 3 checks failed\n")

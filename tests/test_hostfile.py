@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mxbatch.backends import hostfile
-from mxbatch.backends.hostfile import Host
+from mxbatch.backends.hosts import hostfile
+from mxbatch.backends.hosts.hostfile import Host
 from mxbatch.errors import SpecError
 
 

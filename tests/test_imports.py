@@ -6,7 +6,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from mxbatch import bundle
+from mxbatch.backends import bundle
 
 RUNTIME = Path(__file__).resolve().parent.parent / "mxbatch" / "runtime"
 

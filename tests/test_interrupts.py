@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mxbatch import interrupts
+from mxbatch.jobs import interrupts
 
 
 @pytest.fixture

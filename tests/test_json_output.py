@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from mxbatch.jsonout import SCHEMA
+from mxbatch.cli.jsonout import SCHEMA
 
 from .conftest import FAKEROLE, assert_no_processes
 from .test_local import fake_spec

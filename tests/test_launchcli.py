@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from mxbatch import spec as specs
+from mxbatch.cli.launch import LaunchArgs, backend_of, job_data
 from mxbatch.errors import SpecError
-from mxbatch.launchcli import LaunchArgs, backend_of, job_data
 from mxbatch.runtime.roles import Role
+from mxbatch.spec import parse as specs
 
 from .conftest import FAKEROLE
 

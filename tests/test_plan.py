@@ -1,10 +1,10 @@
 """plan.make: task order, environment, identity from array variables."""
 
-from mxbatch import plan as planning
-from mxbatch import spec as specs
 from mxbatch.runtime import task as task_identity
 from mxbatch.runtime.environ import role_environment
 from mxbatch.runtime.planfile import RunPlan
+from mxbatch.spec import parse as specs
+from mxbatch.spec import plan as planning
 
 SPEC = """\
 name: p

@@ -14,10 +14,10 @@ import uuid
 
 import pytest
 
-from mxbatch.progress import Progress, ProgressMode, clock, summary
+from mxbatch.backends.status import JobState, JobStatus, TaskStatus
+from mxbatch.cli.progress import Progress, ProgressMode, clock, summary
 from mxbatch.runtime.roles import Role
 from mxbatch.runtime.states import TaskState
-from mxbatch.status import JobState, JobStatus, TaskStatus
 
 from .conftest import wait_for
 from .test_local import fake_spec

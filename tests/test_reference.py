@@ -9,11 +9,11 @@ from typing import List, Optional
 
 import pytest
 
-from mxbatch import reference
-from mxbatch import spec as specs
 from mxbatch.backends import registry
+from mxbatch.cli import reference
 from mxbatch.errors import SpecError
 from mxbatch.runtime.roles import Role
+from mxbatch.spec import parse as specs
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE_KEY = "zzqqxx"
@@ -83,7 +83,7 @@ def test_every_documented_key_is_accepted(tmp_path):
 
 
 def test_reference_covers_every_command_and_option():
-    from mxbatch.cli import main
+    from mxbatch.cli.commands import main
 
     text = reference.cli_reference()
     sections = dict(re.findall(r"^## (mxbatch [a-z ]+)\n(.*?)(?=^## |\Z)", text, re.M | re.S))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mxbatch import config as siteconfig
-from mxbatch.shellscript import render_script
+from mxbatch.jobs.shellscript import render_script
+from mxbatch.spec import config as siteconfig
 
 from .conftest import write_spec
 from .test_mxnet_local import assert_trained

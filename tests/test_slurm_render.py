@@ -15,20 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from mxbatch import jobs
-from mxbatch import plan as planning
-from mxbatch import records as job_records
-from mxbatch import spec as specs
-from mxbatch.backends.batch import parse_job_id, role_groups
-from mxbatch.backends.slurm import (
+from mxbatch.backends import records as job_records
+from mxbatch.backends.batch.common import parse_job_id, role_groups
+from mxbatch.backends.batch.slurm import (
     SBATCH_JOB_ID,
     SlurmBackend,
     native_state,
     parse_squeue,
 )
+from mxbatch.backends.status import NativeState
 from mxbatch.errors import BackendUnavailable, CommandError, SpecError, SubmissionRejected
+from mxbatch.jobs import submit as jobs
 from mxbatch.runtime.states import TaskState
-from mxbatch.status import NativeState
+from mxbatch.spec import parse as specs
+from mxbatch.spec import plan as planning
 
 SPEC = """\
 name: golden

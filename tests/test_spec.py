@@ -13,11 +13,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mxbatch import schema
-from mxbatch import spec as specs
 from mxbatch.backends.local import LocalOptions
 from mxbatch.errors import SpecError
 from mxbatch.runtime.roles import Role
+from mxbatch.spec import parse as specs
+from mxbatch.spec import schema
 
 from .conftest import FAKEROLE, assert_no_processes, processes_of_jobs_named, wait_for
 

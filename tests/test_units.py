@@ -1,6 +1,6 @@
 import pytest
 
-from mxbatch.units import format_duration, parse_duration, parse_port_range, parse_size_mib
+from mxbatch.spec.units import format_duration, parse_duration, parse_port_range, parse_size_mib
 
 
 @pytest.mark.parametrize("text,seconds", [(90, 90), ("90", 90), ("30s", 30), ("10m", 600),

@@ -15,9 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mxbatch import jobs
-from mxbatch import plan as planning
-from mxbatch import spec as specs
+from mxbatch.backends.status import NativeState
 from mxbatch.backends.yarn import appspec as yarn_spec
 from mxbatch.backends.yarn import pyenv
 from mxbatch.backends.yarn.app import AppReport, abort_from_report
@@ -26,6 +24,7 @@ from mxbatch.backends.yarn.kv import abort_from_diagnostics, diagnostics_for
 from mxbatch.backends.yarn.logs import ContainerInfo, LogFollower, unwrap
 from mxbatch.backends.yarn.states import AppState, ContainerState, FinalStatus
 from mxbatch.errors import SpecError
+from mxbatch.jobs import submit as jobs
 from mxbatch.runtime.kvrendezvous import KeyValueRendezvous, KeyValueStore
 from mxbatch.runtime.layout import RunLayout
 from mxbatch.runtime.roles import Role
@@ -37,8 +36,9 @@ from mxbatch.runtime.states import (
     TaskRecord,
     TaskState,
 )
-from mxbatch.schema import ContainerRuntime, ContainerSpec
-from mxbatch.status import NativeState
+from mxbatch.spec import parse as specs
+from mxbatch.spec import plan as planning
+from mxbatch.spec.schema import ContainerRuntime, ContainerSpec
 
 SCHEDULER, SERVER, WORKER = Role.SCHEDULER, Role.SERVER, Role.WORKER
 
@@ -423,7 +423,7 @@ def test_status_of_a_finished_job_needs_no_driver(home, tmp_path):
     Path(layout.backend_file(yarn_spec.STATE_DIR, "report.json")).write_text(json.dumps(
         {"state": "FINISHED", "final_status": "KILLED",
          "diagnostics": diagnostics_for(abort.to_dict())}))
-    from mxbatch.records import JobRecord
+    from mxbatch.backends.records import JobRecord
 
     record = JobRecord(job_id=plan.job_id, backend="yarn", run_dir=layout.root,
                        handle=YarnHandle(app_id="application_1_0001").to_dict())

@@ -16,13 +16,13 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
+from mxbatch.backends.records import JobRecord
 from mxbatch.backends.yarn import appspec as yarn_spec
 from mxbatch.backends.yarn import rest
 from mxbatch.backends.yarn.backend import YarnHandle
 from mxbatch.backends.yarn.kv import diagnostics_for
 from mxbatch.backends.yarn.states import AppState, FinalStatus
 from mxbatch.errors import BackendUnavailable, SpecError
-from mxbatch.records import JobRecord
 from mxbatch.runtime.layout import RunLayout
 from mxbatch.runtime.roles import Role
 from mxbatch.runtime.states import AbortKind, AbortRecord

@@ -41,23 +41,23 @@ from typing import (
     TypeVar,
 )
 
-from .. import containers, rundir
+from ..cli.jsonout import SCHEMA
 from ..errors import MxbatchError
-from ..jsonout import SCHEMA
-from ..plan import JobPlan
 from ..quoting import env_assignments, shell_words
-from ..records import JobRecord
 from ..runtime.layout import RunLayout
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import FileRendezvous, Rendezvous
 from ..runtime.roles import Role
 from ..runtime.states import AbortKind, AbortRecord
-from ..schema import ContainerRuntime, JobSpec
-from ..status import JobStatus
-from ..typed import from_data, to_data
+from ..spec.plan import JobPlan
+from ..spec.schema import ContainerRuntime, JobSpec
+from ..spec.typed import from_data, to_data
+from . import containers, rundir
+from .records import JobRecord
+from .status import JobStatus
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..doctor import Check
+    from ..doctor.checks import Check
 
 #: reads one task's log from a byte offset: ``reader(offset, final)`` -> the bytes
 #: from there on (None: nothing yet); ``final`` asks for a last, complete read
@@ -220,7 +220,7 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         """What ``mxbatch doctor`` checks of this backend from here (tools, libraries, the
         daemon answering), as ``doctor.Check``s with a fix for each failure. Default:
         ``check_environment`` as one check."""
-        from ..doctor import environment_check
+        from ..doctor.checks import environment_check
 
         return [environment_check(self)]
 

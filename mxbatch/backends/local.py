@@ -20,19 +20,18 @@ import subprocess
 import sys
 from typing import Callable, List, Optional, Tuple
 
-from .. import procs
-from ..plan import JobPlan
 from ..quoting import shell_words
-from ..records import JobRecord
-from ..runtime import net
+from ..runtime import net, procs
 from ..runtime.agent import Agent
 from ..runtime.layout import RunLayout
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import FileRendezvous
 from ..runtime.states import TaskState
-from ..status import JobStatus, NativeState, merge
-from ..typed import option
+from ..spec.plan import JobPlan
+from ..spec.typed import option
 from .base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
+from .records import JobRecord
+from .status import JobStatus, NativeState, merge
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,10 +21,10 @@ if TYPE_CHECKING:  # pragma: no cover
 GROUP = "mxbatch.backends"
 _BUILTIN: Dict[str, str] = {
     "local": "mxbatch.backends.local:LocalBackend",
-    "mpi": "mxbatch.backends.mpi:MpiBackend",
-    "sge": "mxbatch.backends.sge:SgeBackend",
-    "slurm": "mxbatch.backends.slurm:SlurmBackend",
-    "ssh": "mxbatch.backends.ssh:SshBackend",
+    "mpi": "mxbatch.backends.hosts.mpi:MpiBackend",
+    "sge": "mxbatch.backends.batch.sge:SgeBackend",
+    "slurm": "mxbatch.backends.batch.slurm:SlurmBackend",
+    "ssh": "mxbatch.backends.hosts.ssh:SshBackend",
     "yarn": "mxbatch.backends.yarn.backend:YarnBackend",
 }
 

@@ -13,10 +13,10 @@ import dataclasses
 from typing import Iterator, Optional
 
 from mxbatch.backends.local import LocalBackend, LocalRequest
-from mxbatch.plan import JobPlan
-from mxbatch.records import JobRecord
+from mxbatch.backends.records import JobRecord
 from mxbatch.runtime.roles import Role
-from mxbatch.typed import option
+from mxbatch.spec.plan import JobPlan
+from mxbatch.spec.typed import option
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,6 @@ import dataclasses
 import time
 from typing import Any, Callable, Dict, Optional
 
-from ...records import JobRecord
 from ...runtime.kvrendezvous import KeyValueRendezvous
 from ...runtime.rendezvous import (
     FileRendezvous,
@@ -35,7 +34,8 @@ from ...runtime.rendezvous import (
 )
 from ...runtime.roles import Role
 from ...runtime.states import AbortKind, AbortRecord
-from ...typed import from_data, to_data
+from ...spec.typed import from_data, to_data
+from ..records import JobRecord
 from . import skeinimport
 from .appspec import STATE_DIR
 from .kv import SkeinKvStore, abort_from_diagnostics

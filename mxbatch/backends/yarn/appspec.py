@@ -38,14 +38,14 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
-from ...plan import JobPlan
 from ...quoting import quote
 from ...runtime.layout import PLAN as PLAN_FILE
 from ...runtime.layout import RUNTIME as RUNTIME_FILE
 from ...runtime.planfile import RunPlan, TaskInfo
 from ...runtime.roles import Role
-from ...schema import ContainerSpec
-from ...typed import Seconds, option
+from ...spec.plan import JobPlan
+from ...spec.schema import ContainerSpec
+from ...spec.typed import Seconds, option
 from .pyenv import ARCHIVE_DIR, INTERPRETER
 
 #: how much longer than the peers' heartbeat timeout and grace a container whose

@@ -29,18 +29,18 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ...errors import BackendUnavailable, MxbatchError, SubmissionRejected
-from ...plan import JobPlan
-from ...records import JobRecord
 from ...runtime.layout import RunLayout, task_log_name
 from ...runtime.planfile import RunPlan
 from ...runtime.rendezvous import Rendezvous
 from ...runtime.roles import Role
 from ...runtime.states import AbortRecord, TaskRecord, TaskState
-from ...schema import ContainerRuntime
-from ...status import JobState, JobStatus, NativeState, TaskKey, merge
-from ...typed import to_data
+from ...spec.plan import JobPlan
+from ...spec.schema import ContainerRuntime
+from ...spec.typed import to_data
 from ..base import Backend, Handle, LogReader, RenderedItem, Request, Rollback, load_run_plan
-from ..hostfile import spec_dir
+from ..hosts.hostfile import spec_dir
+from ..records import JobRecord
+from ..status import JobState, JobStatus, NativeState, TaskKey, merge
 from . import appspec, client, pyenv, rest
 from .app import YarnJob, abort_from_report
 from .appspec import YarnOptions
@@ -158,7 +158,7 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
 
     def doctor_checks(self) -> list:
         """skein, Java and ``yarn`` (``check_environment``), then the ResourceManager."""
-        from ...doctor import environment_check, failed, passed
+        from ...doctor.checks import environment_check, failed, passed
 
         checks = [environment_check(self, "skein, java and yarn")]
         try:

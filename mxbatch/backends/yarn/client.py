@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ...errors import BackendUnavailable
-from ...records import mxbatch_home
+from ...spec.paths import mxbatch_home
 from . import skeinimport
 
 RM_DEFAULT_PORT = 8032

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable, Dict, Optional
 
-from ...typed import from_data, to_data
+from ...spec.typed import from_data, to_data
 from .states import ContainerState
 
 #: the least time between two fetches of one log while following a job

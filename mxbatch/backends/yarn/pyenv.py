@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import List, Optional, TextIO
 
 from ...errors import BackendUnavailable, MxbatchError
-from ...records import mxbatch_home
+from ...spec.paths import mxbatch_home
 
 #: the ``backends.yarn.python_env`` value that packs this process's environment
 AUTO = "auto"

@@ -1,0 +1,505 @@
+"""What the batch-queue backends (SGE, Slurm) share: one array job per role group,
+directives rendered from resources, job scripts from ``jobscripts/``, job-id parsing,
+native pass-through, all-or-nothing submission, and cancel that waits until the
+queue is empty of the job.
+
+A backend supplies the native parts: directives for a group, how its directive
+parsers want values quoted (job-script lines, DRMAA native specifications), how to
+submit the groups (registering an undo step for each), how to list its tasks' native
+states, and how to delete its job ids.
+
+Every process of a job carries ``MXBATCH_JOB_ID``: the job scripts export it before
+they start the supervisor, DRMAA jobs get it in their job environment.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import os
+import re
+import string
+import subprocess
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+
+from ... import shell
+from ...errors import BackendUnavailable, CommandError, MxbatchError, SubmissionRejected
+from ...quoting import quote, shell_words
+from ...runtime.layout import RunLayout
+from ...runtime.planfile import RunPlan, TaskInfo
+from ...runtime.rendezvous import FileRendezvous
+from ...runtime.roles import Role
+from ...runtime.states import TaskState
+from ...spec.located import KeyPath
+from ...spec.plan import JobPlan
+from ..base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
+from ..records import JobRecord
+from ..status import JobState, JobStatus, NativeState, TaskKey, merge
+from . import drmaa as drmaa_glue
+
+#: how long cancel waits for the queue to forget the job's tasks
+QUEUE_DRAIN_S = 60.0
+
+
+#: where a directive's values come from in the spec, for errors (``("backends",
+#: "slurm", "extra", 1)``); empty: mxbatch's own, always representable
+NO_SOURCE: KeyPath = ()
+#: the spec key of the run directory (``rendezvous.dir``)
+RUN_DIR_SOURCE: KeyPath = ("rendezvous", "dir")
+
+
+class Unrepresentable(ValueError):
+    """A value that a scheduler's option parser cannot carry; the message says why
+    (``check`` turns it into a spec error at the value's key)."""
+
+
+#: quotes one argv token for a directive parser (raises ``Unrepresentable``)
+TokenQuoter = Callable[[str], str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Directive:
+    """One native option: ``-pe smp 2`` is ``Directive("-pe", ("smp", "2"))``,
+    ``--mem=2048M`` is ``Directive("--mem", ("2048M",), joiner="=")``."""
+
+    flag: str
+    args: Tuple[str, ...] = ()
+    joiner: str = " "
+    source: KeyPath = NO_SOURCE
+
+    def argv(self) -> List[str]:
+        """The option as argv tokens, unquoted (what the scheduler must end up with)."""
+        if self.joiner == "=" and self.args:
+            return [f"{self.flag}={','.join(self.args)}"]
+        return [self.flag, *self.args]
+
+    def text(self, quote_token: TokenQuoter) -> str:
+        """The option as one line's text for a parser that splits and unquotes it."""
+        return " ".join(quote_token(token) for token in self.argv())
+
+
+def native_directives(extra: Sequence[str], source: KeyPath) -> List[Directive]:
+    """Raw user options (``native``/``extra``), passed through last and unchanged;
+    an argument starting with ``-`` begins a directive, the ones after it are its values.
+    ``source`` is the list's key; each directive remembers its first item's index."""
+    directives: List[Directive] = []
+    for index, arg in enumerate(extra):
+        if arg.startswith("-") or not directives:
+            directives.append(Directive(arg, source=(*source, index)))
+        else:
+            last = directives[-1]
+            directives[-1] = dataclasses.replace(last, args=last.args + (arg,))
+    return directives
+
+
+def directive_lines(prefix: str, directives: Sequence[Directive],
+                    quote_token: TokenQuoter) -> str:
+    """Directive lines for a job script, each token quoted for the scheduler's parser."""
+    return "\n".join(f"{prefix} {d.text(quote_token)}" for d in directives)
+
+
+def flat_argv(directives: Sequence[Directive]) -> List[str]:
+    return [arg for d in directives for arg in d.argv()]
+
+
+def check_representable(plan: JobPlan, directives: Sequence[Directive],
+                        quote_token: TokenQuoter, where: str) -> None:
+    """A spec error at the key a value came from if ``quote_token`` cannot write it."""
+    for directive in directives:
+        for token in directive.argv():
+            try:
+                quote_token(token)
+            except Unrepresentable as exc:
+                raise plan.spec.error(directive.source or RUN_DIR_SOURCE,
+                                      f"{token!r} cannot be passed in {where}: {exc}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class RoleGroup:
+    """The tasks of one role, submitted as one array job."""
+
+    role: Role
+    tasks: Tuple[TaskInfo, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.tasks)
+
+    @property
+    def first(self) -> TaskInfo:
+        return self.tasks[0]
+
+
+def role_groups(run: RunPlan) -> List[RoleGroup]:
+    return [RoleGroup(role, tuple(run.tasks_of(role))) for role in Role if run.tasks_of(role)]
+
+
+def render_jobscript(template: str, **values: str) -> str:
+    """Fill ``jobscripts/<template>`` beside this module (``string.Template``, ``${name}``)."""
+    text = resources.files(__package__).joinpath("jobscripts", template).read_text()
+    return string.Template(text).substitute(values)
+
+
+def parse_job_id(pattern: "re.Pattern[str]", output: str, argv: Sequence[str]) -> str:
+    """The ``job_id`` named group of ``pattern`` in a submit command's output."""
+    match = pattern.search(output)
+    if match is None:
+        raise MxbatchError(f"cannot find a job id in the output of {' '.join(argv)!r}: "
+                           f"{output.strip()!r}")
+    return match.group("job_id")
+
+
+def runtime_argv(plan: JobPlan, role: Role) -> List[str]:
+    """What each array task runs: the runtime zipapp for its role (rank from the array)."""
+    return [plan.run.python, plan.run.layout.runtime, "run", plan.run.run_dir,
+            "--role", role.value]
+
+
+def job_name(plan: JobPlan, role: Role) -> str:
+    return f"{plan.job_id}-{role.value}"
+
+
+def job_id_export(plan: JobPlan) -> str:
+    """The job script line that puts ``MXBATCH_JOB_ID`` into every process it starts."""
+    return f"export MXBATCH_JOB_ID={quote(plan.job_id)}"
+
+
+def relative_to_run_dir(plan: JobPlan, path: str) -> str:
+    """``path`` (inside the run directory) relative to it: what a scheduler that runs the
+    task in the run directory resolves, whatever characters the run directory has."""
+    return os.path.relpath(path, plan.run.run_dir)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchRequest(Request):
+    """Job scripts by name (``jobs/<name>.sh``, written for every submitter) with the
+    command that submits each (``qsub``/``sbatch``), and, for a DRMAA submitter, its
+    bulk jobs."""
+
+    submitter: str = ""
+    scripts: Dict[str, str] = dataclasses.field(default_factory=dict)
+    submit_commands: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
+    templates: Tuple[drmaa_glue.TemplateSpec, ...] = ()
+
+    def native_items(self) -> List[RenderedItem]:
+        layout = self.plan.run.layout
+        items = [RenderedItem(f"DRMAA runBulkJobs {t.job_name} (1-{t.count})",
+                              "\n".join(f"{k}: {v}" for k, v in dataclasses.asdict(t).items()))
+                 for t in self.templates]
+        if not self.templates:
+            items += [RenderedItem(f"submit {name}", shell_words(argv))
+                      for name, argv in self.submit_commands.items()]
+        return items + [RenderedItem(f"job script {layout.job_script(name)}", text)
+                        for name, text in self.scripts.items()]
+
+
+@dataclasses.dataclass
+class NativeView:
+    """What the scheduler says of each task of a job: its state, its native id
+    (``12.3``), and for tasks it holds in an error state (they will never start by
+    themselves) the scheduler's reason."""
+
+    states: Dict[TaskKey, NativeState]
+    ids: Dict[TaskKey, str]
+    held: Dict[TaskKey, str] = dataclasses.field(default_factory=dict)
+
+
+HandleT = TypeVar("HandleT", bound=Handle)
+
+
+class BatchBackend(Backend[object, BatchRequest, HandleT]):
+    """Render/submit/status/cancel for array-job schedulers; subclasses fill in natives."""
+
+    script_template: str = ""
+    role_containers = True
+    #: the scheduler and its daemon, in messages: "SGE" / "SGE qmaster"
+    scheduler: str = ""
+    daemon: str = ""
+    #: a command's output that means the scheduler cannot be reached from here
+    unreachable: "re.Pattern[str]" = re.compile(r"(?!)")
+    #: what to check when the scheduler rejects a job
+    rejection_hint: str = ""
+    #: the job id in the submit command's output (named group ``job_id``)
+    job_id_pattern: "re.Pattern[str]" = re.compile(r"(?P<job_id>\S+)")
+    #: prefix of the scheduler's output files in ``logs/`` (``sge``, ``slurm``)
+    output_prefix: str = ""
+
+    #: a cheap command that succeeds when the daemon answers (``mxbatch doctor``)
+    daemon_probe: Tuple[str, ...] = ()
+
+    def doctor_checks(self) -> list:
+        """The tools and submitter (``check_environment``), then the daemon answering."""
+        from ...doctor.checks import command_check, environment_check
+
+        checks = [environment_check(self, f"{self.scheduler} client and submitter "
+                                          f"({self.submitter_name()})")]
+        if self.daemon_probe:
+            checks.append(command_check(f"{self.daemon} answers", self.daemon_probe,
+                                        self.unreachable_hint, environ=self.command_env(),
+                                        success=f"`{' '.join(self.daemon_probe)}` answered"))
+        return checks
+
+    def command_env(self) -> Optional[Dict[str, str]]:
+        """The environment of the scheduler's commands (None: this process's)."""
+        return None
+
+    def unreachable_hint(self) -> str:
+        """What to check or set when the scheduler cannot be reached (the settings in
+        effect, e.g. ``SLURM_CONF (now: unset)``)."""
+        return ""
+
+    def unavailable(self, words: str) -> BackendUnavailable:
+        return BackendUnavailable(f"{self.daemon} unreachable: {words}\n"
+                                  f"{self.unreachable_hint()}")
+
+    def translate(self, exc: CommandError, submitting: bool = False) -> MxbatchError:
+        """A failed scheduler command as the user should see it, in the scheduler's words.
+        A submit command that ran and refused the job is a rejection (exit 2: check the
+        spec); anything else (scheduler unreachable or unconfigured, a failing status or
+        delete command) means the backend is unavailable (exit 3: what to set)."""
+        words = (exc.stderr or exc.stdout).strip() or str(exc)
+        if not submitting or exc.returncode is None or self.unreachable.search(words):
+            return self.unavailable(words)
+        return rejected(self.scheduler, words, self.rejection_hint)
+
+    def run_command(self, argv: Sequence[str], *, check: bool = True, timeout: float = 60.0,
+                    submitting: bool = False) -> subprocess.CompletedProcess:
+        """Run a scheduler command; failures become ``translate``d errors."""
+        try:
+            return shell.run(argv, env=self.command_env(), check=check, timeout=timeout)
+        except CommandError as exc:
+            raise self.translate(exc, submitting) from None
+
+    def submit_script(self, argv: Sequence[str]) -> str:
+        """Run a submit command and return the job id it prints."""
+        return parse_job_id(self.job_id_pattern,
+                            self.run_command(argv, submitting=True).stdout, argv)
+
+    # -- natives
+    @abc.abstractmethod
+    def directives(self, plan: JobPlan, group: RoleGroup) -> List[Directive]:
+        """Native options for ``group`` (resources, names, output paths, extra last)."""
+
+    @abc.abstractmethod
+    def script_token(self, token: str) -> str:
+        """``token`` quoted for the scheduler's job-script directive parser
+        (``Unrepresentable`` if that parser cannot carry it)."""
+
+    @abc.abstractmethod
+    def drmaa_token(self, token: str) -> str:
+        """``token`` quoted for the DRMAA library's native-specification parser
+        (``Unrepresentable`` if it cannot carry it)."""
+
+    @abc.abstractmethod
+    def submitter_name(self) -> str:
+        """The submitter ``launch`` will use (an enum value of the backend's options)."""
+
+    @abc.abstractmethod
+    def submit_argv(self, plan: JobPlan, script: str) -> List[str]:
+        """The command that submits the job script at path ``script`` and prints its id."""
+
+    @abc.abstractmethod
+    def native_specification(self, plan: JobPlan, group: RoleGroup) -> List[Directive]:
+        """The DRMAA native specification of ``group``: what the job template has no
+        attribute for."""
+
+    @abc.abstractmethod
+    def drmaa_client(self) -> drmaa_glue.DrmaaClient:
+        """A client of this scheduler's DRMAA library (``BackendUnavailable`` if none)."""
+
+    @abc.abstractmethod
+    def drmaa_job_number(self, task_ids: Sequence[str]) -> str:
+        """The array job's id from the DRMAA ids of its tasks."""
+
+    @abc.abstractmethod
+    def delete_ids(self, job_ids: Sequence[str], force: bool = False) -> None:
+        """Ask the scheduler to remove these jobs (queued or running); no error if gone."""
+
+    #: what the DRMAA bulk job's tasks add to the runtime's command line
+    drmaa_extra_args: Tuple[str, ...] = ()
+
+    # -- checks
+    def check(self, plan: JobPlan) -> None:
+        """Every value the job scripts (or the DRMAA native specification) carry can be
+        written for the scheduler's parser: else a spec error at the value's key."""
+        for directives in self.check_directives(plan):
+            check_representable(plan, directives, self.script_token,
+                                f"a {self.scheduler} job script")
+        if self.submitter_name() == drmaa_glue.SUBMITTER:
+            for group in role_groups(plan.run):
+                check_representable(plan, self.native_specification(plan, group),
+                                    self.drmaa_token,
+                                    f"a {self.scheduler} DRMAA native specification")
+
+    def check_directives(self, plan: JobPlan) -> List[List[Directive]]:
+        """The directives of every job script (one list per script or component)."""
+        return [self.directives(plan, group) for group in role_groups(plan.run)]
+
+    def drmaa_output(self, plan: JobPlan, group: RoleGroup) -> str:
+        """A DRMAA bulk job's output path (``$drmaa_incr_ph$`` is the array index):
+        relative to its working directory, the run directory, by default."""
+        return relative_to_run_dir(plan, self.output_path(plan, group, "$drmaa_incr_ph$"))
+
+    def template(self, plan: JobPlan, group: RoleGroup) -> drmaa_glue.TemplateSpec:
+        """The DRMAA bulk job of one group: runs in the run directory, carries
+        MXBATCH_JOB_ID in its environment."""
+        argv = runtime_argv(plan, group.role) + list(self.drmaa_extra_args)
+        output = self.drmaa_output(plan, group)
+        return drmaa_glue.TemplateSpec(
+            remote_command=argv[0], args=argv[1:], job_name=job_name(plan, group.role),
+            native=" ".join(self.drmaa_token(t)
+                            for t in flat_argv(self.native_specification(plan, group))),
+            output_path=":" + output, working_directory=plan.run.run_dir, count=group.count,
+            environment={"MXBATCH_JOB_ID": plan.job_id})
+
+    def templates(self, plan: JobPlan) -> Tuple[drmaa_glue.TemplateSpec, ...]:
+        """The DRMAA bulk jobs of ``plan`` when the submitter is DRMAA (else none)."""
+        if self.submitter_name() != drmaa_glue.SUBMITTER:
+            return ()
+        return tuple(self.template(plan, g) for g in role_groups(plan.run))
+
+    def submit_drmaa(self, request: BatchRequest, rollback: Rollback) -> Dict[Role, str]:
+        """Submit the request's bulk jobs (all or nothing); their job ids by role."""
+        client = self.drmaa_client()
+        ids = client.submit(request.templates)
+        flat = [job_id for group_ids in ids for job_id in group_ids]
+        rollback.push("the DRMAA jobs", lambda: client.terminate(flat))
+        return {g.role: self.drmaa_job_number(i)
+                for g, i in zip(role_groups(request.plan.run), ids)}
+
+    def submit_scripts(self, request: BatchRequest, rollback: Rollback) -> Dict[str, str]:
+        """Submit the request's job scripts in order; their job ids by script name."""
+        ids: Dict[str, str] = {}
+        for name, argv in request.submit_commands.items():
+            job_id = self.submit_script(argv)
+            rollback.push(f"{self.scheduler} job {job_id}",
+                          lambda job_id=job_id: self.delete_ids([job_id], force=True))
+            ids[name] = job_id
+        return ids
+
+    @abc.abstractmethod
+    def native_view(self, handle: HandleT, run: RunPlan) -> NativeView:
+        """What the scheduler says of every task of the job."""
+
+    @abc.abstractmethod
+    def delete(self, handle: HandleT, force: bool = False) -> None:
+        """Ask the scheduler to remove every task of the job (queued or running)."""
+
+    # -- shared behaviour
+    directive_prefix: str = "#"
+
+    def script_for(self, plan: JobPlan, group: RoleGroup) -> str:
+        return render_jobscript(
+            self.script_template, job_id=plan.job_id, role=group.role.value,
+            count=str(group.count),
+            directives=directive_lines(self.directive_prefix, self.directives(plan, group),
+                                       self.script_token),
+            export=job_id_export(plan),
+            command=shell_words(runtime_argv(plan, group.role)))
+
+    def scripts(self, plan: JobPlan) -> Dict[str, str]:
+        """Job scripts by name (``jobs/<name>.sh``): one per role group by default."""
+        return {g.role.value: self.script_for(plan, g) for g in role_groups(plan.run)}
+
+    def output_path(self, plan: JobPlan, group: RoleGroup, index_placeholder: str) -> str:
+        return plan.run.layout.batch_output(self.output_prefix, group.role.value,
+                                            index_placeholder)
+
+    def render(self, plan: JobPlan) -> BatchRequest:
+        scripts = self.scripts(plan)
+        layout = plan.run.layout
+        return BatchRequest(plan=plan, submitter=self.submitter_name(), scripts=scripts,
+                            submit_commands={name: self.submit_argv(plan, layout.job_script(name))
+                                             for name in scripts},
+                            templates=self.templates(plan))
+
+    def prepare_run_dir(self, request: BatchRequest, layout: RunLayout) -> None:
+        Path(layout.jobs_dir).mkdir(mode=0o700)
+        for name, text in request.scripts.items():
+            path = Path(layout.job_script(name))
+            path.write_text(text)
+            path.chmod(0o700)
+
+    def status(self, record: JobRecord) -> JobStatus:
+        run = load_run_plan(record)
+        rdv = FileRendezvous(record.run_dir)
+        view = self.native_view(self.handle_of(record), run)
+        abort = rdv.read_abort()
+        status = merge(run, self.name, rdv.read_tasks(run.task_keys()), abort, view.states,
+                       view.ids)
+        return self.with_held_tasks(status, view, aborted=abort is not None)
+
+    def with_held_tasks(self, status: JobStatus, view: NativeView, aborted: bool) -> JobStatus:
+        """Tasks the scheduler holds in an error state never start: they fail the job
+        with the scheduler's reason, first (``wait`` then aborts the job, and ``cancel``
+        deletes them from the queue)."""
+        held = []
+        for task in status.tasks:
+            reason = view.held.get((task.role, task.rank))
+            if reason is not None and task.state is TaskState.PENDING:
+                task.state = TaskState.FAILED
+                task.note = f"held by {self.scheduler} in an error state: {reason}"
+                held.append(task)
+        if held and not aborted:
+            reasons = [f"{t.label} {t.note}" for t in held]
+            if status.state is JobState.FAILED and status.reason:
+                reasons.append(status.reason)
+            status.state = JobState.FAILED
+            status.reason = "; ".join(reasons)
+            status.log = status.log or held[0].log or None
+            status.terminal = False  # over once the abort is recorded and the tasks deleted
+        return status
+
+    def await_stopped(self, record: JobRecord, handle: HandleT, run: RunPlan) -> None:
+        """Running supervisors stop their roles themselves (SIGTERM, then SIGKILL)."""
+        self._wait_native(handle, run, lambda s: s is not NativeState.ACTIVE,
+                          timeout=min(run.grace_s, 10.0) + 3)
+
+    def remove(self, record: JobRecord, handle: HandleT, run: RunPlan) -> None:
+        if not self._present(handle, run):
+            return
+        self.delete(handle)
+        if self._wait_native(handle, run, lambda s: s is NativeState.GONE,
+                             timeout=QUEUE_DRAIN_S / 2):
+            return
+        self.delete(handle, force=True)
+        if not self._wait_native(handle, run, lambda s: s is NativeState.GONE,
+                                 timeout=QUEUE_DRAIN_S / 2):
+            raise MxbatchError(f"tasks of {record.job_id} are still in the queue "
+                               f"after {QUEUE_DRAIN_S:g}s; ask the cluster admins")
+
+    def _present(self, handle: HandleT, run: RunPlan) -> bool:
+        return any(s is not NativeState.GONE for s in self.native_view(handle, run).states.values())
+
+    def _wait_native(self, handle: HandleT, run: RunPlan,
+                     done: Callable[[NativeState], bool], timeout: float) -> bool:
+        deadline = time.time() + timeout
+        while True:
+            if all(done(s) for s in self.native_view(handle, run).states.values()):
+                return True
+            if time.time() > deadline:
+                return False
+            time.sleep(0.5)
+
+
+def rejected(scheduler: str, words: str, hint: str) -> SubmissionRejected:
+    """The scheduler's own words, plus what to do; nothing of the job is left queued."""
+    return SubmissionRejected(f"{scheduler} rejected the job: {words.strip()}\n{hint} "
+                              "(nothing was left queued)")
+
+
+def parse_task_ranges(text: str) -> List[int]:
+    """SGE task lists: ``3``, ``1-3:1``, ``1,4-6:2``."""
+    ids: List[int] = []
+    for part in text.split(","):
+        match = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part.strip())
+        if not match:
+            continue
+        low = int(match.group(1))
+        high = int(match.group(2) or low)
+        step = int(match.group(3) or 1)
+        ids.extend(range(low, high + 1, step))
+    return ids

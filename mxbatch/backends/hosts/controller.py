@@ -1,0 +1,434 @@
+"""Jobs supervised from the submit host by a controller (the ssh and MPI backends).
+
+A ``Controller`` owns the job's connection to its hosts (the ssh sessions of the ssh
+backend, the ``mpirun`` of the MPI backend) and the job's state on this machine (the
+run directory, through ``FileRendezvous``):
+
+- ``prepare``: start everything up to the point where the roles would start, and
+  raise ``MxbatchError`` naming the host if that fails (unreachable, unknown host key,
+  no python3...): ``abandon`` then leaves nothing started;
+- ``run``: let the tasks run and relay what they need until every host has ended.
+  A signal (Ctrl-C, SIGTERM) cancels the job; once the job is aborted, hosts get the
+  grace period plus ``STOP_MARGIN_S`` to end before the controller cuts them off
+  (``terminate``); a host that ends without its tasks' final records is *lost*: the
+  controller writes the abort naming it and marks its tasks LOST.
+
+Attached (``submit --wait``, ``mxbatch launch``), the CLI process is the controller.
+Detached (``submit``), ``python -m mxbatch.backends.hosts.controller BACKEND RUN_DIR`` is,
+started in a session of its own; it reports on stdout whether ``prepare`` succeeded
+(one JSON line), so ``submit`` fails with the same message and exit code as an
+attached launch would.
+
+``ControlledBackend`` is the ``Backend`` part every such backend shares: the handle
+(the controller's pid), ``status`` (records, and whether the controller lives),
+``await_stopped`` and ``remove``.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, Callable, ClassVar, Dict, Iterable, List, Optional, Tuple, TypeVar
+
+from ...errors import BackendUnavailable, ExitCode, MxbatchError
+from ...quoting import shell_words
+from ...runtime import procs
+from ...runtime.layout import RunLayout
+from ...runtime.planfile import RunPlan, TaskInfo
+from ...runtime.rendezvous import FileRendezvous, atomic_write_json, read_json
+from ...runtime.states import AbortKind, AbortRecord, TaskRecord, TaskState
+from ...spec.plan import JobPlan
+from ..base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
+from ..records import JobRecord
+from ..status import JobStatus, NativeState, merge
+
+#: after the abort, hosts get the grace period plus this long to end by themselves
+STOP_MARGIN_S = 10.0
+#: the controller's own name in the records it writes
+BY = "mxbatch controller"
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def die_with_parent() -> None:  # in the child, between fork and exec
+    """PR_SET_PDEATHSIG: the launcher's processes (ssh, mpirun) die with the controller,
+    which drops the job's connections: every host then stops its roles."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+    except Exception:  # best effort: not Linux, or no libc to call
+        pass
+
+
+def controller_file(layout: RunLayout, backend: str) -> str:
+    """Where a backend keeps its controller's configuration in the run directory."""
+    return layout.backend_file(backend, "controller.json")
+
+
+class Controller(abc.ABC):
+    """Supervises one job from the submit host (see the module docstring)."""
+
+    def __init__(self, plan: RunPlan) -> None:
+        self.plan = plan
+        self.rdv = FileRendezvous(plan.run_dir)
+        self._signalled: Optional[int] = None
+        #: the name of the first signal that cancelled the job, if one did
+        self.signal_received: Optional[str] = None
+        self._abort_seen: Optional[float] = None
+        self._terminated = False
+        self._next_abort_read = 0.0
+        self._previous_handlers: Optional[Dict[int, Any]] = None
+
+    # ------------------------------------------------------------------ subclasses
+    @abc.abstractmethod
+    def prepare(self) -> None:
+        """Reach every host up to the start of the roles; MxbatchError naming the host
+        if one cannot run its tasks (then ``abandon``)."""
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Let the roles start (every host is ready)."""
+
+    @abc.abstractmethod
+    def step(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` for something to do and do it; False once every
+        host has ended."""
+
+    @abc.abstractmethod
+    def terminate(self) -> None:
+        """The hosts did not end in time after the abort: cut them off (kill)."""
+
+    def abandon(self) -> None:  # noqa: B027 - optional hook
+        """``prepare`` failed, or the submission is rolled back: end what it started."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """The job has ended: release what is left (files with secrets...)."""
+
+    # ------------------------------------------------------------------ signals
+    def take_signals(self) -> None:
+        """From now on SIGINT, SIGTERM and SIGHUP cancel the job (``run`` acts on them)
+        instead of interrupting this process. Called before ``prepare`` when the
+        controller runs in the CLI, so a Ctrl-C while the hosts start is never lost
+        between the submission and the loop. Idempotent; ``release_signals`` undoes it."""
+        if self._previous_handlers is None:
+            self._previous_handlers = {signum: signal.signal(signum, self._on_signal)
+                                       for signum in _SIGNALS}
+
+    def release_signals(self) -> None:
+        """Give the signals back to the handlers from before ``take_signals``."""
+        if self._previous_handlers is not None:
+            for signum, handler in self._previous_handlers.items():
+                signal.signal(signum, handler)
+            self._previous_handlers = None
+
+    @property
+    def interrupted(self) -> bool:
+        """A signal has asked to cancel the job (``prepare`` stops waiting then)."""
+        return self._signalled is not None or self.signal_received is not None
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, on_tick: Optional[Callable[[], None]] = None) -> Optional[str]:
+        """Start the roles and supervise until every host has ended; the name of the
+        signal that cancelled the job, if one did."""
+        self.take_signals()
+        try:
+            self._handle_signal()  # one that came while the hosts were prepared
+            self.start()
+            while self.step(0.05):
+                self._handle_signal()
+                self._watch_abort()
+                if on_tick is not None:
+                    on_tick()
+            if on_tick is not None:
+                on_tick()
+        finally:
+            self.release_signals()
+            self.close()
+        return self.signal_received
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self._signalled = signum
+
+    def _handle_signal(self) -> None:
+        if self._signalled is None:
+            return
+        name = signal.Signals(self._signalled).name
+        self._signalled = None
+        if self.signal_received is None:
+            self.signal_received = name
+            reason = "interrupted (%s)" % ("Ctrl-C" if name == "SIGINT" else name)
+            self.rdv.write_abort(AbortRecord(kind=AbortKind.CANCELLED, reason=reason, by=BY))
+            sys.stderr.write("mxbatch: received %s: stopping the job\n" % name)
+        elif not self._terminated:  # a second Ctrl-C: do not wait for the grace period
+            self._terminated = True
+            self.terminate()
+
+    def _watch_abort(self) -> None:
+        now = time.monotonic()
+        if self._abort_seen is None:
+            if now >= self._next_abort_read:
+                self._next_abort_read = now + 0.5
+                if self.rdv.read_abort() is not None:
+                    self._abort_seen = now
+            return
+        if not self._terminated and now - self._abort_seen > self.plan.grace_s + STOP_MARGIN_S:
+            self._terminated = True
+            self.terminate()
+
+    # ------------------------------------------------------------------ records
+    def lose_tasks(self, tasks: Iterable[TaskInfo], reason: str) -> None:
+        """The supervisor of ``tasks`` is gone without their final records: abort the job
+        with ``reason`` (unless it already ended otherwise) and mark them LOST."""
+        tasks = list(tasks)
+        records = self.rdv.read_tasks((t.role, t.rank) for t in tasks)
+        unfinished = [records.get((t.role, t.rank)) or TaskRecord(role=t.role, rank=t.rank,
+                                                                  state=TaskState.PENDING)
+                      for t in tasks]
+        unfinished = [r for r in unfinished if not r.state.final]
+        if not unfinished:
+            return
+        if self.rdv.read_abort() is None:
+            first = unfinished[0]
+            self.rdv.write_abort(AbortRecord(kind=AbortKind.FAILED, reason=reason, by=BY,
+                                             role=first.role, rank=first.rank,
+                                             log=first.log or None))
+        now = time.time()
+        for record in unfinished:
+            record.state = TaskState.LOST if record.state.active else TaskState.CANCELLED
+            record.note = reason
+            record.ended_at = now
+            self.rdv.write_task(record)
+
+
+# ---------------------------------------------------------------------- the backend part
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerHandle(Handle):
+    """The job's controller: this CLI (attached) or a detached process, on ``host``."""
+
+    controller_pid: int
+    host: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ControlledRequest(Request):
+    """``attached``: this process will be the controller (``supervise_here``)."""
+
+    attached: bool = False
+
+    def controller_item(self) -> RenderedItem:
+        if self.attached:
+            return RenderedItem("controller", "this mxbatch process supervises the job")
+        return RenderedItem("controller (detached)",
+                            shell_words(detached_argv(self.plan.backend, self.plan.run.run_dir)))
+
+
+def detached_argv(backend: str, run_dir: str) -> List[str]:
+    return [sys.executable, "-m", "mxbatch.backends.hosts.controller", backend, run_dir]
+
+
+RequestT = TypeVar("RequestT", bound=ControlledRequest)
+OptionsT = TypeVar("OptionsT")
+
+
+class ControlledBackend(Backend[OptionsT, RequestT, ControllerHandle]):
+    """What the ssh and MPI backends share (see the module docstring)."""
+
+    handle_class = ControllerHandle
+    poll_interval_s: ClassVar[float] = 0.25
+    #: the hosts' agents run roles in docker, podman or apptainer like any agent
+    role_containers: ClassVar[bool] = True
+
+    def __init__(self, options: Optional[OptionsT] = None) -> None:
+        super().__init__(options)
+        self._attached: Optional[Controller] = None
+
+    # ------------------------------------------------------------------ subclasses
+    @abc.abstractmethod
+    def controller_config(self, request: RequestT) -> Dict[str, Any]:
+        """The controller's configuration as plain data (kept in the run directory)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def make_controller(cls, plan: RunPlan, config: Dict[str, Any]) -> Controller:
+        """The controller of a job (in the attached CLI or the detached process)."""
+
+    def sweep(self, record: JobRecord, run: RunPlan) -> None:
+        """Last resort when the controller did not end cleanly: remove whatever of the
+        job may be left on the hosts."""
+
+    # ------------------------------------------------------------------ submitting
+    def attach(self, request: RequestT) -> RequestT:
+        return dataclasses.replace(request, attached=True)
+
+    def prepare_run_dir(self, request: RequestT, layout: RunLayout) -> None:
+        path = controller_file(layout, self.name)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        atomic_write_json(path, self.controller_config(request))
+
+    def launch(self, request: RequestT, layout: RunLayout,
+               rollback: Rollback) -> ControllerHandle:
+        if request.attached:
+            controller = self.make_controller(request.plan.run, self.controller_config(request))
+            controller.take_signals()
+            rollback.push("the job's signal handlers", controller.release_signals)
+            rollback.push("the job's connections", controller.abandon)
+            controller.prepare()
+            self._attached = controller
+            return ControllerHandle(controller_pid=os.getpid(), host=socket.gethostname())
+        pid = start_detached(self.name, request.plan)
+        rollback.push(f"the controller (pid {pid})", lambda: _stop_pid(pid))
+        return ControllerHandle(controller_pid=pid, host=socket.gethostname())
+
+    def supervise_here(self, record: JobRecord,
+                       on_tick: Callable[[], None]) -> Optional[str]:
+        controller = self._attached
+        if controller is None:
+            raise MxbatchError(f"job {record.job_id} is not attached to this process")
+        self._attached = None
+        return controller.run(on_tick)
+
+    # ------------------------------------------------------------------ watching
+    def status(self, record: JobRecord) -> JobStatus:
+        plan = load_run_plan(record)
+        rdv = FileRendezvous(record.run_dir)
+        # liveness first, records second: a controller that has ended wrote its final
+        # records before, so they are read complete (never "gone without a record")
+        alive = procs.pid_alive(self.handle_of(record).controller_pid)
+        records = rdv.read_tasks(plan.task_keys())
+        native = {}
+        for key in plan.task_keys():
+            rec = records.get(key)
+            started = rec is not None and rec.state is not TaskState.PENDING
+            native[key] = (NativeState.GONE if not alive
+                           else NativeState.ACTIVE if started else NativeState.QUEUED)
+        return merge(plan, self.name, records, rdv.read_abort(), native)
+
+    # ------------------------------------------------------------------ cancelling
+    def await_stopped(self, record: JobRecord, handle: ControllerHandle,
+                      run: RunPlan) -> None:
+        if handle.controller_pid != os.getpid():
+            procs.wait_gone([handle.controller_pid], run.grace_s + STOP_MARGIN_S + 5)
+
+    def remove(self, record: JobRecord, handle: ControllerHandle, run: RunPlan) -> None:
+        """Stop a controller that is still there (SIGTERM: it cancels the job and cuts
+        the hosts off; SIGKILL after the grace period), SIGKILL this machine's leftovers,
+        and sweep the hosts if some task never recorded its end."""
+        pid = handle.controller_pid
+        if pid != os.getpid() and procs.pid_alive(pid):
+            _stop_pid(pid, run.grace_s + STOP_MARGIN_S)
+        leftovers = procs.job_processes(record.job_id)
+        if leftovers:
+            procs.kill_all(leftovers, signal.SIGKILL)
+            procs.wait_gone(leftovers, 5)
+        records = FileRendezvous(record.run_dir).read_tasks(run.task_keys())
+        if any(not r.state.final for r in records.values()) or len(records) < len(run.tasks):
+            self.sweep(record, run)
+
+
+def _stop_pid(pid: int, grace_s: float = 5.0) -> None:
+    procs.kill_all([pid], signal.SIGTERM)
+    if procs.wait_gone([pid], grace_s):
+        procs.kill_all([pid], signal.SIGKILL)
+        procs.wait_gone([pid], 5)
+
+
+# ---------------------------------------------------------------------- detached
+
+
+def start_detached(backend: str, plan: JobPlan) -> int:
+    """Start the detached controller of ``plan``'s job and wait until it has prepared
+    the job (or failed to: the same error, re-raised here). Its pid."""
+    layout = plan.run.layout
+    with open(layout.manager_log, "ab") as log:
+        proc = subprocess.Popen(
+            detached_argv(backend, plan.run.run_dir),
+            env=dict(os.environ, MXBATCH_JOB_ID=plan.job_id), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=log, start_new_session=True, close_fds=True)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + max(60.0, plan.run.startup_timeout_s)
+    line = b""
+    while not line.endswith(b"\n") and time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+        if ready:
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            line += chunk
+    proc.stdout.close()
+    try:
+        answer = json.loads(line.decode())
+    except ValueError:
+        _stop_pid(proc.pid)
+        raise MxbatchError("the job's controller did not start: see "
+                           f"{layout.manager_log}") from None
+    if not answer.get("ok"):
+        proc.wait(timeout=30)
+        raise MxbatchError(str(answer.get("message")),
+                           exit_code=int(answer.get("exit_code") or ExitCode.JOB_FAILED))
+    return proc.pid
+
+
+def load_controller(backend_cls: Any, run_dir: str) -> Controller:
+    layout = RunLayout(run_dir)
+    plan = RunPlan.from_json(open(layout.plan).read())
+    config = read_json(controller_file(layout, backend_cls.name))
+    if not isinstance(config, dict):
+        raise MxbatchError(f"no controller configuration in {run_dir}")
+    return backend_cls.make_controller(plan, config)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m mxbatch.backends.hosts.controller BACKEND RUN_DIR``: the detached
+    controller. Says on stdout (one JSON line) whether the job could be prepared."""
+    from ..registry import backend_class
+
+    backend_name, run_dir = (argv if argv is not None else sys.argv[1:])[:2]
+    controller: Optional[Controller] = None
+    try:
+        controller = load_controller(backend_class(backend_name), run_dir)
+        controller.prepare()
+    except MxbatchError as exc:
+        if controller is not None:
+            controller.abandon()
+        _answer({"ok": False, "message": exc.message, "exit_code": exc.exit_code})
+        return exc.exit_code
+    except BaseException as exc:
+        if controller is not None:
+            controller.abandon()
+        _answer({"ok": False, "message": f"the controller failed: {type(exc).__name__}: {exc}",
+                  "exit_code": ExitCode.BACKEND_UNAVAILABLE})
+        raise
+    _answer({"ok": True})
+    controller.run()
+    records = controller.rdv.read_tasks(controller.plan.task_keys())
+    ok = all(r.state is TaskState.SUCCEEDED for r in records.values())
+    return 0 if ok else 1
+
+
+def _answer(data: Dict[str, Any]) -> None:
+    """The one line the submitting process waits for; stdout then goes to stderr (the log)."""
+    os.write(1, (json.dumps(data) + "\n").encode())
+    os.dup2(2, 1)
+
+
+def unavailable(problems: List[Tuple[str, str]], what: str,
+                hint: Optional[str] = None) -> BackendUnavailable:
+    """One error naming every host that failed: ``problems`` = (host, message); then
+    ``hint``, what to do, when there is one."""
+    lines = [f"{host}: {message}" for host, message in problems]
+    return BackendUnavailable(f"{what}:\n  " + "\n  ".join(lines) + "\nnothing was started"
+                              + (f"\n{hint}" if hint else ""))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Hosts for the ssh and MPI backends: launch.py's hostfile format, and task placement.
+
+One host a line, as MXNet's ``launch.py`` (dmlc_tracker) and ``mpirun`` read them::
+
+    # comments and blank lines are ignored
+    node1                 # a name or an address (user@node1 works too)
+    node2:2222            # an ssh port
+    node3 slots=2         # at most 2 tasks on node3
+    node4:2222 slots=4
+
+``place`` deals the job's tasks to the hosts round-robin in task order (the scheduler,
+task 0, on the first host), skipping hosts whose ``slots`` are taken; a host without
+``slots=`` takes any number. Errors name the file and line (``SpecError``, exit 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from ...errors import SpecError
+from ...spec.plan import JobPlan
+
+_HOST = re.compile(r"(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9._-]+")
+_FORMS = "expected HOST, HOST:PORT, optionally followed by slots=N"
+
+
+@dataclasses.dataclass(frozen=True)
+class Host:
+    """One host: where to ssh (``name``, ``port``) and how many tasks it may run."""
+
+    name: str
+    port: Optional[int] = None
+    slots: Optional[int] = None
+
+    @property
+    def label(self) -> str:
+        """How messages name the host: as the user wrote it, without slots."""
+        return self.name if self.port is None else f"{self.name}:{self.port}"
+
+
+def parse_entry(text: str) -> Host:
+    """One hostfile line (without its comment); ValueError saying what is wrong."""
+    words = text.split()
+    if not words:
+        raise ValueError("no host")
+    name, port = words[0], None
+    if ":" in name:
+        name, _, port_text = name.partition(":")
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ValueError(f"bad port {port_text!r} in {text.strip()!r} ({_FORMS})")
+        port = int(port_text)
+    if not _HOST.fullmatch(name):
+        raise ValueError(f"bad host name {name!r} in {text.strip()!r} ({_FORMS})")
+    slots = None
+    for word in words[1:]:
+        key, sep, value = word.partition("=")
+        if key != "slots" or not sep:
+            raise ValueError(f"unexpected {word!r} in {text.strip()!r} ({_FORMS})")
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"slots must be a whole number of at least 1, got {value!r}")
+        slots = int(value)
+    return Host(name=name, port=port, slots=slots)
+
+
+def parse(text: str, path: Path) -> List[Host]:
+    """Every host of a hostfile's ``text``; ``SpecError`` at ``path``:line otherwise."""
+    hosts = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        content = line.split("#", 1)[0]
+        if not content.strip():
+            continue
+        try:
+            hosts.append(parse_entry(content))
+        except ValueError as exc:
+            raise SpecError(str(exc), path=path, line=number) from None
+    if not hosts:
+        raise SpecError("no hosts in the hostfile (one a line: " + _FORMS + ")", path=path)
+    return hosts
+
+
+def load(path: Path) -> List[Host]:
+    """The hosts of the hostfile at ``path``."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read the hostfile: {exc}", path=path) from None
+    return parse(text, path)
+
+
+def place(hosts: Sequence[Host], tasks: int) -> List[int]:
+    """For each of ``tasks`` tasks, the index of its host (see the module docstring);
+    ValueError when the hosts' slots do not add up to ``tasks``."""
+    capacity = sum(h.slots for h in hosts) if all(h.slots for h in hosts) else None
+    if capacity is not None and capacity < tasks:
+        raise ValueError(f"the job has {tasks} tasks but the hosts offer {capacity} slots "
+                         "(raise slots=, add hosts, or remove slots= to allow any number)")
+    used = [0] * len(hosts)
+    placement = []
+    turn = 0
+    for _ in range(tasks):
+        while hosts[turn].slots is not None and used[turn] >= hosts[turn].slots:
+            turn = (turn + 1) % len(hosts)
+        placement.append(turn)
+        used[turn] += 1
+        turn = (turn + 1) % len(hosts)
+    return placement
+
+
+def spec_dir(plan: JobPlan) -> Path:
+    """Where relative paths of backend options start: the spec file's folder (the
+    current directory for ``mxbatch launch``)."""
+    return plan.spec.source.resolve().parent if plan.spec.source else Path.cwd()
+
+
+def job_hosts(plan: JobPlan, backend: str, entries: Tuple[str, ...],
+              path: Optional[str]) -> List[Host]:
+    """The hosts of a job from ``backends.<backend>.hosts`` or ``.hostfile`` (exactly one
+    of them), checked against the job's size; SpecError naming the key, file or line."""
+    key = ("backends", backend)
+    if entries and path:
+        raise plan.spec.error(key + ("hosts",), "give hosts or hostfile, not both")
+    if path:
+        hosts = load(spec_dir(plan) / Path(path).expanduser())
+    elif entries:
+        hosts = []
+        for i, entry in enumerate(entries):
+            try:
+                hosts.append(parse_entry(entry))
+            except ValueError as exc:
+                raise plan.spec.error(key + ("hosts", i), str(exc)) from None
+    else:
+        raise plan.spec.error(key, "no hosts: give a hostfile (mxbatch launch -H HOSTFILE, "
+                                   f"backends.{backend}.hostfile) or backends.{backend}.hosts")
+    try:
+        place(hosts, len(plan.run.tasks))
+    except ValueError as exc:
+        raise plan.spec.error(key + ("hostfile" if path else "hosts",), str(exc)) from None
+    return hosts

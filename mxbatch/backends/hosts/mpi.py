@@ -1,0 +1,310 @@
+"""MPI backend: one ``mpirun`` starts an agent for every task of the job (1+S+W ranks).
+
+Each rank runs ``python3 <run dir>/runtime.pyz run <run dir> --task-from
+OMPI_COMM_WORLD_RANK,PMI_RANK --environ-file <run dir>/mpi/environ.json --exit-zero``:
+its task is its rank (the scheduler is rank 0, on the first host), its rendezvous the
+files of the run directory. **The run directory (``rendezvous.dir``) and the working
+directory must be on storage every host sees**, as with SGE and Slurm: mpirun gives a
+rank no channel back to the submit host (its stdio is funnelled into mpirun's), and the
+clusters mpirun is made for share their home directories. Without shared storage, use
+the ssh backend (a rendezvous relayed over the ssh sessions, ``--sync-dst-dir``).
+
+- Placement: a hostfile written into the run directory gives each host exactly the
+  number of tasks ``hostfile.place`` deals it (round-robin, ``slots=`` honoured);
+  Open MPI maps ranks ``--map-by node`` over it, which deals the same way.
+- Environment: mpirun passes a rank only what it is told to (``-x``); mxbatch writes
+  the submitter's environment to ``mpi/environ.json`` (mode 0600, deleted as soon as
+  every rank's agent has started) instead of naming values on a command line.
+  ``MXBATCH_JOB_ID`` goes with ``-x``/``-genv``, so every rank carries it.
+- Root: mpirun refuses to run as root unless told (``--allow-run-as-root`` in
+  ``backends.mpi.extra``, or ``OMPI_ALLOW_RUN_AS_ROOT=1`` and
+  ``OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1``): mxbatch never adds it.
+- ``--exit-zero``: an agent records its task's outcome and exits 0, so mpirun does not
+  kill the other agents before they stopped their roles themselves (SIGTERM, grace,
+  SIGKILL) on the abort record. mpirun still ends the job when an agent dies
+  abnormally (python3 missing, killed) or it loses a host; ``--launcher-signals``: the
+  agents then stop their roles on mpirun's SIGTERM without blaming the signal, and the
+  controller fails the job with mpirun's own words (``logs/mpirun.log``), which name
+  the host.
+
+The controller (``MpiController``) runs mpirun and waits until every rank's agent has
+started; if mpirun ends before, it fails the submission naming the tasks and hosts
+that never started and what mpirun said (exit 3). Cancel: the abort record, then
+SIGTERM to mpirun (which kills its ranks) once the grace period is over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from ...errors import BackendUnavailable
+from ...quoting import shell_words
+from ...runtime.layout import RunLayout
+from ...runtime.planfile import RunPlan
+from ...runtime.states import AbortKind, AbortRecord
+from ...spec.plan import JobPlan
+from ...spec.typed import Seconds, from_data, option, to_data
+from ..base import RenderedItem
+from . import hostfile
+from .controller import (
+    BY,
+    ControlledBackend,
+    ControlledRequest,
+    Controller,
+    die_with_parent,
+    unavailable,
+)
+
+NAME = "mpi"
+RANK_VARIABLES = "OMPI_COMM_WORLD_RANK,PMI_RANK"
+
+
+class MpiFlavor(str, enum.Enum):
+    """Which mpirun: its hostfile format and how it exports a variable."""
+
+    OPENMPI = "openmpi"
+    MPICH = "mpich"
+
+
+@dataclasses.dataclass(frozen=True)
+class MpiOptions:
+    """``backends.mpi``."""
+
+    mpirun: str = option("mpirun", "the mpirun (or mpiexec) to run")
+    hostfile: Optional[str] = option(None, "a hostfile in launch.py's format: one HOST or "
+                                           "'HOST slots=N' a line (relative to the spec "
+                                           "file)")
+    hosts: Tuple[str, ...] = option((), "the hosts, each HOST or 'HOST slots=N' (instead "
+                                        "of a hostfile)")
+    extra: Tuple[str, ...] = option((), "more mpirun arguments, before the program "
+                                        "(--allow-run-as-root, --mca ...)")
+    flavor: MpiFlavor = option(MpiFlavor.OPENMPI, "openmpi (Open MPI's mpirun) or mpich "
+                                                  "(hydra's mpiexec)")
+    python: str = option("python3", "the Python (3.8 or newer) that runs each rank's agent")
+    start_timeout: Seconds = option(120.0, "how long mpirun may take to start every rank's "
+                                           "agent")
+
+
+@dataclasses.dataclass(frozen=True)
+class MpiSetup:
+    """The controller's configuration: the mpirun command, the hostfile it reads, and
+    the host each task was dealt (for messages)."""
+
+    argv: Tuple[str, ...]
+    hostfile: str
+    hostfile_text: str
+    environ_file: str
+    task_hosts: Tuple[str, ...]
+    start_timeout_s: float = 120.0
+
+
+@dataclasses.dataclass(frozen=True)
+class MpiRequest(ControlledRequest):
+    setup: MpiSetup = dataclasses.field(
+        default_factory=lambda: MpiSetup((), "", "", "", ()))
+
+    def native_items(self) -> List[RenderedItem]:
+        return [self.controller_item(),
+                RenderedItem(f"hostfile {self.setup.hostfile}", self.setup.hostfile_text),
+                RenderedItem("mpirun", shell_words(self.setup.argv)),
+                RenderedItem(f"environment file {self.setup.environ_file} (mode 0600)",
+                             "the submitter's environment, deleted once every rank started")]
+
+
+def mpi_file(layout: RunLayout, name: str) -> str:
+    return layout.backend_file(NAME, name)
+
+
+class MpiBackend(ControlledBackend[MpiOptions, MpiRequest]):
+    """See the module docstring."""
+
+    name = NAME
+    options_class = MpiOptions
+
+    def check(self, plan: JobPlan) -> None:
+        hosts = hostfile.job_hosts(plan, self.name, self.options.hosts, self.options.hostfile)
+        for host in hosts:
+            if host.port is not None:
+                raise plan.spec.error(("backends", self.name, "hostfile" if self.options.hostfile
+                                       else "hosts"),
+                                      f"host {host.label}: mpirun hostfiles have no ssh port "
+                                      "(set it in the ssh configuration, or use the ssh backend)")
+
+    def check_environment(self) -> None:
+        if shutil.which(self.options.mpirun) is None:
+            raise BackendUnavailable(f"{self.options.mpirun} is not installed here (install "
+                                     "Open MPI, or set backends.mpi.mpirun)")
+
+    def render(self, plan: JobPlan) -> MpiRequest:
+        run = plan.run
+        hosts = hostfile.job_hosts(plan, self.name, self.options.hosts, self.options.hostfile)
+        placement = hostfile.place(hosts, len(run.tasks))
+        counts = [placement.count(i) for i in range(len(hosts))]
+        flavor = self.options.flavor
+        lines = [(f"{h.name} slots={n}" if flavor is MpiFlavor.OPENMPI else f"{h.name}:{n}")
+                 for h, n in zip(hosts, counts) if n]
+        layout = run.layout
+        hosts_path, environ = mpi_file(layout, "hostfile"), mpi_file(layout, "environ.json")
+        argv = [self.options.mpirun, "-n", str(len(run.tasks))]
+        if flavor is MpiFlavor.OPENMPI:
+            argv += ["--hostfile", hosts_path, "--map-by", "node", "--bind-to", "none",
+                     "--stdin", "none", "-x", f"MXBATCH_JOB_ID={run.job_id}"]
+        else:
+            argv += ["-f", hosts_path, "-genv", "MXBATCH_JOB_ID", run.job_id]
+        argv += [*self.options.extra, self.options.python, layout.runtime, "run", run.run_dir,
+                 "--task-from", RANK_VARIABLES, "--environ-file", environ, "--exit-zero",
+                 "--launcher-signals"]
+        setup = MpiSetup(argv=tuple(argv), hostfile=hosts_path,
+                         hostfile_text="\n".join(lines) + "\n", environ_file=environ,
+                         task_hosts=tuple(hosts[i].label for i in placement),
+                         start_timeout_s=float(self.options.start_timeout))
+        return MpiRequest(plan=plan, setup=setup)
+
+    def prepare_run_dir(self, request: MpiRequest, layout: RunLayout) -> None:
+        super().prepare_run_dir(request, layout)
+        setup = request.setup
+        with open(setup.hostfile, "w") as handle:
+            handle.write(setup.hostfile_text)
+        fd = os.open(setup.environ_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(dict(os.environ), handle)
+
+    def controller_config(self, request: MpiRequest) -> Dict[str, Any]:
+        return to_data(request.setup)
+
+    @classmethod
+    def make_controller(cls, plan: RunPlan, config: Dict[str, Any]) -> Controller:
+        return MpiController(plan, from_data(MpiSetup, config, strict=False))
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+#: what to do about mpirun's refusals that have one known fix: (its words, the fix)
+_HINTS = (
+    ("attempt to run as root",
+     "running MPI jobs as root is your explicit choice: export OMPI_ALLOW_RUN_AS_ROOT=1 "
+     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, or add --allow-run-as-root to backends.mpi.extra"),
+)
+
+
+def _hint(said: str) -> Optional[str]:
+    return next((fix for words, fix in _HINTS if words in said), None)
+
+
+def mpirun_said(log_path: str, lines: int = 4) -> str:
+    """What mpirun said, in short: its lines outside its boxed messages, and the first
+    line of each box (the boxes go on with generic advice); not the agents' own lines."""
+    try:
+        with open(log_path, errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return "no output"
+    said: List[str] = []
+    in_box = headline = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("-----"):
+            in_box = headline = not in_box
+            continue
+        if not stripped or stripped.startswith("mxbatch") or (in_box and not headline):
+            continue
+        headline = False
+        said.append(stripped)
+    return " / ".join(said[:lines]) or "no output"
+
+
+class MpiController(Controller):
+    """Runs mpirun, waits until every rank's agent started, and watches mpirun until it
+    ends (see the module docstring)."""
+
+    def __init__(self, plan: RunPlan, setup: MpiSetup) -> None:
+        super().__init__(plan)
+        self.setup = setup
+        self.log_path = os.path.join(plan.layout.logs_dir, "mpirun.log")
+        self.proc: Optional[subprocess.Popen] = None
+        self._kill_at: Optional[float] = None
+
+    def _not_started(self) -> List[int]:
+        records = self.rdv.read_tasks(self.plan.task_keys())
+        return [t.index for t in self.plan.tasks
+                if (records.get((t.role, t.rank)) is None
+                    or records[(t.role, t.rank)].supervisor_pid is None)]
+
+    def prepare(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                list(self.setup.argv), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                env=dict(os.environ, MXBATCH_JOB_ID=self.plan.job_id),
+                preexec_fn=die_with_parent)
+        deadline = time.monotonic() + self.setup.start_timeout_s
+        while not self.interrupted:  # a Ctrl-C meanwhile: ``run`` cancels the job
+            missing = self._not_started()
+            if not missing:
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self._stop_mpirun()
+                said = mpirun_said(self.log_path)
+                raise unavailable(
+                    [(self.setup.task_hosts[i], f"the agent of {self.plan.tasks[i].label} "
+                                                "never started") for i in missing]
+                    + [("mpirun", f"exit {self.proc.returncode}: {said}")],
+                    "mpirun could not start the job", hint=_hint(said))
+            time.sleep(0.2)
+        _remove_quietly(self.setup.environ_file)
+
+    def start(self) -> None:
+        """Nothing: the ranks' agents have started their roles already."""
+
+    def step(self, timeout: float) -> bool:
+        assert self.proc is not None
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            if self._kill_at is not None and time.monotonic() > self._kill_at:
+                self.proc.kill()
+                self._kill_at = None
+            return True
+        code = self.proc.returncode
+        reason = f"mpirun exited with {code}: {mpirun_said(self.log_path)}"
+        if code != 0 and self.rdv.read_abort() is None:
+            # the agents leave the cause to mpirun's words (--launcher-signals)
+            self.rdv.write_abort(AbortRecord(kind=AbortKind.FAILED, reason=reason, by=BY))
+        self.lose_tasks(self.plan.tasks, reason)
+        return False
+
+    def terminate(self) -> None:
+        """SIGTERM to mpirun (it kills its ranks), SIGKILL 5 s later."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self._kill_at = time.monotonic() + 5
+
+    def _stop_mpirun(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def abandon(self) -> None:
+        self._stop_mpirun()
+        _remove_quietly(self.setup.environ_file)
+
+    def close(self) -> None:
+        _remove_quietly(self.setup.environ_file)

@@ -1,0 +1,400 @@
+"""The ssh backend's controller: one ssh session per host, each running that host's
+agent, with the job's state here on the submit host.
+
+Per host (``HostLink``): ``ssh HOST exec env MXBATCH_JOB_ID=<job> python3 -c
+BOOTSTRAP`` (``runtime.remote``), in a session of its own (Ctrl-C reaches only the
+controller, which then cancels the job cleanly) and dying with the controller
+(PR_SET_PDEATHSIG: a killed controller drops every connection, and each agent then
+stops its roles). Over the session's stdin go the runtime zipapp, the plan and the
+submitter's environment (never a command line: ``ps`` on a host shows no secret);
+over its stdout come the rendezvous calls, which the controller serves from the run
+directory here (``channelrdv.serve_call`` on a ``FileRendezvous``), and the tasks'
+output, appended to ``logs/<role>-<rank>.log`` here, so ``mxbatch logs``, ``status``
+and ``--wait`` work as for a local job. ssh's own stderr (and the agent's) goes to
+``logs/ssh-<host>.log``.
+
+``prepare`` connects to every host at once and waits for every agent's hello (or an
+error that names the host: unreachable, unknown host key, refused key, no python3,
+python3 too old, missing working directory); with ``sync_dst_dir`` it then copies the
+working directory to every host with rsync. Only then does ``start`` let the roles
+start, on every host together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import select
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from ...runtime.channel import Channel, ChannelClosed, Message, decode_bytes
+from ...runtime.channelrdv import serve_call
+from ...runtime.planfile import RunPlan
+from ...runtime.remote import VERSION_EXIT, zipapp_header
+from ...runtime.rendezvous import TaskKey
+from ...runtime.roles import Role
+from ...spec.typed import from_data
+from .controller import Controller, die_with_parent, unavailable
+
+#: how long an agent may take after the ssh connection is up to say hello (starting
+#: Python on a loaded host), on top of the connect timeout
+HELLO_MARGIN_S = 30.0
+#: how much of ssh's stderr a link keeps for its error messages
+STDERR_TAIL = 16384
+
+
+@dataclasses.dataclass(frozen=True)
+class HostPlan:
+    """One host's part of the job: its tasks and the commands that reach it."""
+
+    host: str
+    tasks: Tuple[int, ...]
+    ssh: Tuple[str, ...]
+    remote: str
+    rsync: Tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class SshSetup:
+    """The controller's configuration (``controller.json`` in the run directory)."""
+
+    hosts: Tuple[HostPlan, ...]
+    python: str = "python3"
+    connect_timeout_s: float = 10.0
+    sync_dst_dir: Optional[str] = None
+
+
+def describe_failure(code: Optional[int], stderr: str, python: str) -> str:
+    """What went wrong on a host, from ssh's exit status and its own words."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    said = lines[-1] if lines else "no message"
+    text = stderr.lower()
+    if code == VERSION_EXIT:
+        return said
+    if code == 127 or ("not found" in text and python in stderr):
+        return (f"{python} was not found on this host (the mxbatch agent needs Python 3.8 or "
+                f"newer there; set backends.ssh.python to its path) [{said}]")
+    if code == 255:
+        if "host key verification failed" in text:
+            return ("its host key is not in known_hosts, and ssh runs with BatchMode=yes "
+                    "(no prompt): check the key and add it (ssh-keyscan, or one "
+                    f"interactive ssh) [{said}]")
+        if "identification has changed" in text:
+            return f"its host key has CHANGED since it was recorded in known_hosts [{said}]"
+        if "permission denied" in text:
+            return ("ssh refused the login: no accepted key (check the user, IdentityFile, "
+                    f"ssh-agent; BatchMode=yes: no password prompt) [{said}]")
+        if "connection refused" in text:
+            return f"unreachable: nothing accepts ssh connections there [{said}]"
+        if "no route to host" in text or "network is unreachable" in text:
+            return f"unreachable: no route to this host [{said}]"
+        if "timed out" in text:
+            return f"unreachable: the connection timed out [{said}]"
+        if "could not resolve" in text:
+            return f"unknown host name [{said}]"
+        return f"ssh failed (exit 255) [{said}]"
+    if code is None:
+        return f"no answer [{said}]"
+    return f"the mxbatch agent ended with exit status {code} before it was ready [{said}]"
+
+
+class HostLink:
+    """One host's ssh session and the channel to its agent."""
+
+    def __init__(self, plan: HostPlan, env: Dict[str, str], log_path: str) -> None:
+        self.plan = plan
+        self.host = plan.host
+        self.proc = subprocess.Popen(
+            [*plan.ssh, plan.remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env=env, start_new_session=True, close_fds=True,
+            preexec_fn=die_with_parent)
+        assert self.proc.stdin and self.proc.stdout and self.proc.stderr
+        self.channel = Channel(self.proc.stdout.fileno(), self.proc.stdin.fileno())
+        self.err_fd = self.proc.stderr.fileno()
+        os.set_blocking(self.err_fd, False)
+        self.stderr = bytearray()
+        self.stderr_eof = False
+        self.log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.hello: Optional[Message] = None
+        self.problem: Optional[str] = None
+        self.bye: Optional[int] = None
+        self.running = False
+        self.ended = False
+        self.exit_code: Optional[int] = None
+
+    @property
+    def waiting(self) -> bool:
+        """Connected or connecting, neither ready nor failed."""
+        return self.hello is None and self.problem is None and not self.ended
+
+    def read_stderr(self) -> None:
+        while True:
+            try:
+                data = os.read(self.err_fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.stderr_eof = True
+                return
+            self.stderr += data
+            del self.stderr[:-STDERR_TAIL]
+            os.write(self.log, data)
+
+    def stderr_text(self) -> str:
+        return self.stderr.decode(errors="replace")
+
+    def kill(self) -> None:
+        try:
+            self.proc.send_signal(signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def close(self) -> None:
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        try:
+            os.close(self.log)
+        except OSError:
+            pass
+
+
+class SshController(Controller):
+    """See the module docstring."""
+
+    def __init__(self, plan: RunPlan, setup: SshSetup,
+                 environ: Optional[Dict[str, str]] = None) -> None:
+        super().__init__(plan)
+        self.setup = setup
+        self.environ = dict(os.environ if environ is None else environ)
+        self.layout = plan.layout
+        self.links: List[HostLink] = []
+        self._logs: Dict[TaskKey, int] = {}
+
+    @classmethod
+    def from_config(cls, plan: RunPlan, config: Dict[str, Any]) -> "SshController":
+        return cls(plan, from_data(SshSetup, config, strict=False))
+
+    # ------------------------------------------------------------------ preparing
+    def _setup_message(self, host: HostPlan) -> Message:
+        sync = self.setup.sync_dst_dir
+        remote_plan = self.plan if sync is None else dataclasses.replace(self.plan,
+                                                                          workdir=sync)
+        return {"t": "setup", "plan": remote_plan.to_json(), "env": self.environ,
+                "tasks": list(host.tasks), "host": host.host,
+                "check_workdir": sync is None, "make_dirs": [sync] if sync else []}
+
+    def prepare(self) -> None:
+        pyz = Path(self.layout.runtime).read_bytes()
+        env = dict(self.environ, MXBATCH_JOB_ID=self.plan.job_id)
+        for host in self.setup.hosts:
+            link = HostLink(host, env, self.layout.logs_dir + f"/ssh-{_file_name(host.host)}.log")
+            self.links.append(link)
+            try:
+                link.channel.send_raw(zipapp_header(len(pyz)) + pyz)
+                link.channel.send(self._setup_message(host))
+            except ChannelClosed as exc:
+                link.problem = str(exc)
+        patience = self.setup.connect_timeout_s + HELLO_MARGIN_S
+        deadline = time.monotonic() + patience
+        while any(link.waiting for link in self.links) and time.monotonic() < deadline:
+            self._pump(0.1)
+        for link in self.links:
+            if link.waiting:
+                link.problem = (f"no answer within {patience:g}s "
+                                f"[{link.stderr_text().strip() or 'ssh said nothing'}]")
+        problems = [(link.host, link.problem) for link in self.links if link.problem]
+        if problems:
+            raise unavailable(problems, "the job cannot run on these hosts")
+        if self.setup.sync_dst_dir is not None:
+            self._sync()
+
+    def _sync(self) -> None:
+        """rsync the working directory to every host, all at once."""
+        env = dict(self.environ, MXBATCH_JOB_ID=self.plan.job_id)
+        running = [(host, subprocess.Popen(list(host.rsync), stdin=subprocess.DEVNULL,
+                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                           env=env, start_new_session=True,
+                                           preexec_fn=die_with_parent))
+                   for host in self.setup.hosts]
+        deadline = time.monotonic() + max(60.0, self.plan.startup_timeout_s)
+        problems = []
+        for host, proc in running:
+            try:
+                out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+                problems.append((host.host, "rsync did not finish before the startup deadline"))
+                continue
+            if proc.returncode != 0:
+                text = out.decode(errors="replace")
+                problems.append((host.host, f"rsync to {self.setup.sync_dst_dir} failed "
+                                            f"(exit {proc.returncode}): "
+                                            + describe_failure(proc.returncode, text, "rsync")))
+        if problems:
+            raise unavailable(problems, "cannot copy the working directory to these hosts")
+
+    def start(self) -> None:
+        for link in self.links:
+            if link.ended:  # between its hello and now
+                self.lose_tasks([self.plan.tasks[i] for i in link.plan.tasks],
+                                f"host {link.host}: its ssh session ended before the job "
+                                f"started (ssh exited with {link.exit_code})")
+                continue
+            link.running = True
+            try:
+                link.channel.send({"t": "start"})
+            except ChannelClosed:
+                pass  # seen as an ended link by the next step
+
+    def abandon(self) -> None:
+        """Close every session (end of file: an agent that has not started quits) and
+        make sure the ssh processes are gone."""
+        for link in self.links:
+            try:
+                link.channel.send({"t": "quit"})
+            except ChannelClosed:
+                pass
+            link.channel.flush()
+        deadline = time.monotonic() + 5
+        for link in self.links:
+            if link.proc.stdin is not None:
+                try:
+                    link.proc.stdin.close()
+                except OSError:
+                    pass
+            try:
+                link.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                link.kill()
+                link.proc.wait()
+            link.close()
+
+    # ------------------------------------------------------------------ running
+    def step(self, timeout: float) -> bool:
+        self._pump(timeout)
+        return any(not link.ended for link in self.links)
+
+    def terminate(self) -> None:
+        for link in self.links:
+            if not link.ended:
+                link.kill()
+
+    def close(self) -> None:
+        for link in self.links:
+            link.close()
+        for fd in self._logs.values():
+            os.close(fd)
+        self._logs.clear()
+
+    # ------------------------------------------------------------------ the relay
+    def _pump(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for data from any host, then handle all of it."""
+        poller = select.poll()
+        watched = 0
+        for link in self.links:
+            if link.ended:
+                continue
+            for fd, closed in ((link.channel.read_fd, link.channel.eof),
+                               (link.err_fd, link.stderr_eof)):
+                if not closed:  # (a closed pipe would wake poll at once, every time)
+                    poller.register(fd, select.POLLIN)
+                    watched += 1
+            if link.channel.pending:
+                poller.register(link.channel.write_fd, select.POLLOUT)
+                watched += 1
+        if watched:
+            poller.poll(timeout * 1000)
+        else:  # only exits to wait for (ssh has closed its pipes)
+            time.sleep(timeout)
+        for link in self.links:
+            if not link.ended:
+                self._service(link)
+
+    def _service(self, link: HostLink) -> None:
+        link.read_stderr()
+        try:
+            for message in link.channel.receive():
+                self._handle(link, message)
+            link.channel.flush()
+        except ChannelClosed as exc:
+            link.problem = link.problem or str(exc)
+            link.kill()
+        if link.proc.poll() is not None:
+            self._ended(link)
+
+    def _handle(self, link: HostLink, message: Message) -> None:
+        kind = message.get("t")
+        if kind == "call":
+            try:
+                value = serve_call(self.rdv, str(message.get("m")), message.get("a"),
+                                   adapt_task=self._local_log)
+            except (ValueError, TypeError, KeyError) as exc:
+                os.write(link.log, f"mxbatch controller: bad call {message!r}: {exc}\n".encode())
+                value = None
+            if "id" in message:
+                link.channel.send({"t": "ret", "id": message["id"], "v": value})
+        elif kind == "log":
+            self._append_log(Role(message["role"]), int(message["rank"]),
+                             decode_bytes(message["d"]))
+        elif kind == "hello":
+            link.hello = message
+        elif kind == "error":
+            link.problem = str(message.get("message"))
+        elif kind == "bye":
+            link.bye = int(message.get("code", 1))
+
+    def _local_log(self, record: Any) -> Any:
+        """Task and abort records name the log file here, not the host's."""
+        if getattr(record, "role", None) is not None and getattr(record, "rank", None) is not None:
+            record.log = self.layout.task_log(Role(record.role).value, record.rank)
+        return record
+
+    def _append_log(self, role: Role, rank: int, data: bytes) -> None:
+        key = (role, rank)
+        fd = self._logs.get(key)
+        if fd is None:
+            fd = os.open(self.layout.task_log(role.value, rank),
+                         os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            self._logs[key] = fd
+        os.write(fd, data)
+
+    def _ended(self, link: HostLink) -> None:
+        """The ssh process of ``link`` has exited: take what it left, then judge."""
+        link.read_stderr()
+        try:
+            for message in link.channel.receive():
+                self._handle(link, message)
+        except ChannelClosed:
+            pass
+        link.ended = True
+        link.exit_code = link.proc.returncode
+        if not link.running:
+            if link.problem is None and link.hello is None:
+                link.problem = describe_failure(link.exit_code, link.stderr_text(),
+                                                self.setup.python)
+            return
+        if link.bye is None:
+            lines = [x for x in link.stderr_text().splitlines() if x.strip()]
+            detail = f"ssh exited with {link.exit_code}" + (f": {lines[-1].strip()}"
+                                                             if lines else "")
+            reason = (f"host {link.host}: the ssh connection to its agent was lost "
+                      f"({detail})")
+        else:
+            reason = (f"host {link.host}: its agent ended (exit {link.bye}) without the "
+                      f"final records of its tasks")
+        self.lose_tasks([self.plan.tasks[i] for i in link.plan.tasks], reason)
+
+
+def _file_name(host: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in host)

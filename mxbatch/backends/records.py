@@ -1,0 +1,98 @@
+"""Job records on disk: what was submitted where, for status/logs/cancel/list.
+
+Records live in ``$MXBATCH_HOME/jobs/<job-id>.json`` (default ``~/.mxbatch``),
+created with mode 0700 and written atomically, so a later CLI process (without
+the submitter's memory) can rebuild the same backend: the record keeps the
+backend's options as submitted and its typed handle (native ids), both as plain
+data that the backend's own dataclasses read back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from ..errors import JobNotFound
+from ..runtime.layout import RunLayout
+from ..spec.paths import jobs_dir, mxbatch_home  # noqa: F401 (mxbatch_home: plugins)
+from ..spec.typed import ConversionError, from_data, to_data
+
+#: the version of the record format written by this mxbatch
+RECORD_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRecord:
+    """What ``submit`` did. ``handle``: the backend's handle (native ids) as plain data;
+    ``options``: the backend options it was submitted with, as plain data."""
+
+    job_id: str
+    backend: str
+    run_dir: str
+    submitted_at: float = dataclasses.field(default_factory=time.time)
+    spec_path: Optional[str] = None
+    handle: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    options: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    version: int = RECORD_VERSION
+
+    @property
+    def run_path(self) -> Path:
+        return Path(self.run_dir)
+
+    @property
+    def layout(self) -> RunLayout:
+        return RunLayout(self.run_dir)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return to_data(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "JobRecord":
+        """Tolerant of keys a newer mxbatch may add; version 0 kept the handle as
+        ``native``."""
+        if isinstance(data, dict) and "native" in data and "handle" not in data:
+            data = dict(data, handle=data["native"], version=0)
+        return from_data(cls, data, strict=False)
+
+
+def _jobs_dir() -> Path:
+    path = jobs_dir()
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def save(record: JobRecord) -> Path:
+    """Write ``record`` atomically; returns its path."""
+    path = _jobs_dir() / f"{record.job_id}.json"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record.to_dict(), indent=2, sort_keys=True))
+    os.replace(tmp, path)
+    return path
+
+
+def load(job_id: str) -> JobRecord:
+    """The record of ``job_id``, or ``JobNotFound`` saying how to find ids."""
+    path = _jobs_dir() / f"{job_id}.json"
+    try:
+        return JobRecord.from_dict(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise JobNotFound(f"no job {job_id!r} in {path.parent} (see `mxbatch list`)") from None
+    except (OSError, ValueError) as exc:
+        where = f" at {'.'.join(map(str, exc.path))}" if isinstance(exc, ConversionError) else ""
+        raise JobNotFound(f"cannot read the record of job {job_id!r} at {path}{where}: "
+                          f"{exc}") from None
+
+
+def all_records() -> List[JobRecord]:
+    """Every readable record, newest first."""
+    records = []
+    for path in _jobs_dir().glob("*.json"):
+        try:
+            records.append(JobRecord.from_dict(json.loads(path.read_text())))
+        except (OSError, ValueError):
+            continue
+    return sorted(records, key=lambda r: r.submitted_at, reverse=True)

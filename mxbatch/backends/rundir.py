@@ -1,0 +1,50 @@
+"""The run directory of a job: created once, never reused (layout: ``RunLayout``).
+
+``check_writable`` runs before anything is created so a bad ``rendezvous.dir``
+fails with nothing half-done; ``create`` makes the directory (mode 0700) with
+``plan.json``, ``runtime.pyz``, the exception hook, ``logs/``, and every record
+file the tasks will look for (``FileRendezvous.prepare``: a task never looks for a
+file that does not exist yet, which an NFS client would cache as missing).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from ..errors import SpecError
+from ..runtime import pyhook
+from ..runtime.layout import RunLayout
+from ..runtime.rendezvous import FileRendezvous
+from ..spec.plan import JobPlan
+from . import bundle
+
+
+def check_writable(plan: JobPlan) -> None:
+    """SpecError (citing ``rendezvous.dir``) unless the run directory can be created."""
+    base = plan.run_dir.parent
+    try:
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        probe = tempfile.mkdtemp(prefix=".mxbatch-probe-", dir=base)
+        os.rmdir(probe)
+    except OSError as exc:
+        raise plan.spec.error(("rendezvous", "dir"),
+                              f"cannot create run directories in {base}: "
+                              f"{exc.strerror or exc}") from None
+    if plan.run_dir.exists():
+        raise SpecError(f"run directory {plan.run_dir} already exists (job ids are never reused)")
+
+
+def create(plan: JobPlan) -> RunLayout:
+    """Create and fill the run directory of ``plan``; returns its layout."""
+    check_writable(plan)
+    layout = plan.run.layout
+    os.mkdir(layout.root, mode=0o700)
+    for name in RunLayout.SUBDIRS:
+        os.mkdir(os.path.join(layout.root, name), mode=0o700)
+    Path(layout.plan).write_text(plan.run.to_json())
+    bundle.write_runtime(Path(layout.runtime))
+    pyhook.install(layout.pyhook_dir)
+    FileRendezvous(layout.root).prepare(plan.run)
+    return layout

@@ -1,0 +1,125 @@
+"""A job's state, merged from the supervisors' task records and the backend's view.
+
+Backends report, per task, only what they can see natively (``NativeState``:
+queued, active, gone); the supervisors' records say what happened inside.
+``merge`` combines both with one set of rules for every backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, Dict, List, Mapping, Optional
+
+from ..runtime.planfile import RunPlan
+from ..runtime.rendezvous import TaskKey
+from ..runtime.roles import Role
+from ..runtime.states import AbortKind, AbortRecord, TaskRecord, TaskState
+from ..runtime.watch import workers_succeeded
+from ..spec.typed import to_data
+
+
+class NativeState(str, enum.Enum):
+    """What the backend sees of one task, without looking inside."""
+
+    QUEUED = "QUEUED"
+    ACTIVE = "ACTIVE"
+    GONE = "GONE"
+    UNKNOWN = "UNKNOWN"
+
+
+class JobState(str, enum.Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+@dataclasses.dataclass
+class TaskStatus:
+    role: Role
+    rank: int
+    state: TaskState
+    host: str = ""
+    pid: Optional[int] = None
+    exit_code: Optional[int] = None
+    signal: Optional[str] = None
+    note: str = ""
+    log: str = ""
+    native: Optional[str] = None
+    started_at: Optional[float] = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.role.value}[{self.rank}]"
+
+
+@dataclasses.dataclass
+class JobStatus:
+    job_id: str
+    backend: str
+    state: JobState
+    tasks: List[TaskStatus]
+    reason: str = ""
+    log: Optional[str] = None
+    terminal: bool = False
+
+    def to_dict(self) -> Dict[str, Any]:
+        return to_data(self)
+
+
+def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
+          abort: Optional[AbortRecord], native: Mapping[TaskKey, NativeState],
+          native_ids: Optional[Mapping[TaskKey, str]] = None) -> JobStatus:
+    """The job's status from records, abort record and native task states."""
+    tasks = []
+    for info in plan.tasks:
+        key = (info.role, info.rank)
+        tasks.append(_task_status(info.role, info.rank, records.get(key),
+                                  native.get(key, NativeState.UNKNOWN), abort,
+                                  (native_ids or {}).get(key)))
+    active = any(t.state.active for t in tasks)
+    queued = any(t.state is TaskState.PENDING for t in tasks)
+    lost = [t for t in tasks if t.state is TaskState.LOST]
+    status = JobStatus(job_id=plan.job_id, backend=backend, state=JobState.RUNNING,
+                       tasks=tasks)
+    if abort is not None:
+        status.state = (JobState.CANCELLED if abort.kind is AbortKind.CANCELLED
+                        else JobState.FAILED)
+        status.reason = abort.reason
+        status.log = abort.log
+        status.terminal = not active
+    elif workers_succeeded(plan, records) and not active:
+        status.state = JobState.SUCCEEDED
+        status.terminal = not queued
+    elif lost:
+        status.state = JobState.FAILED
+        status.reason = "; ".join(f"{t.label} lost: {t.note or 'its process is gone'}"
+                                  for t in lost)
+        status.log = lost[0].log or None
+        status.terminal = not active
+    elif not active:
+        status.state = JobState.PENDING
+    return status
+
+
+def _task_status(role: Role, rank: int, record: Optional[TaskRecord], native: NativeState,
+                 abort: Optional[AbortRecord], native_id: Optional[str]) -> TaskStatus:
+    if record is None:
+        record = TaskRecord(role=role, rank=rank, state=TaskState.PENDING)
+    state = record.state
+    note = record.note
+    if state.active and native is NativeState.GONE:
+        state, note = TaskState.LOST, note or "its supervisor is gone without a final record"
+    elif state is TaskState.PENDING and native is NativeState.GONE:
+        if abort is not None:
+            state, note = TaskState.CANCELLED, "never started: " + abort.reason
+        else:
+            state, note = TaskState.LOST, ("left the queue without starting (can its node "
+                                           "see the run directory? `mxbatch doctor` checks)")
+    elif state is TaskState.PENDING and native is NativeState.ACTIVE:
+        state = TaskState.STARTING
+    return TaskStatus(role=role, rank=rank, state=state, host=record.host, pid=record.pid,
+                      exit_code=record.exit_code, signal=record.signal, note=note,
+                      log=record.log, native=native_id, started_at=record.started_at)

@@ -1,0 +1,246 @@
+"""``mxbatch launch``: MXNet's ``tools/launch.py`` command line, plus mxbatch's own options.
+
+Every launch.py option means what it meant there (docs/migration.md has the table):
+
+=============================  ==========================================================
+launch.py                      mxbatch launch
+=============================  ==========================================================
+``-n/--num-workers N``         workers (also ``--workers``); at least 1
+``-s/--num-servers N``         servers (also ``--servers``); default: as many as workers
+``-H/--hostfile FILE``         ``backends.<ssh|mpi>.hostfile``; implies ``--launcher ssh``
+                               when no launcher is given (launch.py's default launcher)
+``--sync-dst-dir DIR``         ``backends.ssh.sync_dst_dir``: rsync the working directory
+                               to DIR on every host and run there
+``--launcher L``               the backend (alias of ``--backend``): local, ssh, mpi, sge,
+                               yarn, slurm
+``--env NAME``                 the submitter's value of NAME reaches every role (launch
+                               jobs inherit the environment: this checks NAME is set and
+                               never writes its value anywhere); ``--env NAME=VALUE`` or
+                               ``NAME:VALUE`` sets it
+``--env-server NAME:VALUE``    a variable for the servers (``NAME=VALUE`` too)
+``--env-worker NAME:VALUE``    a variable for the workers
+``--p3``                       ``DMLC_PS_VAN_TYPE=p3 DMLC_PS_WATER_MARK=10`` for every role
+``command...``                 the command of every role
+=============================  ==========================================================
+
+Options end where the command begins: the first word that is not an option (or
+after ``--``) starts the command, and everything from there on is the command's, so
+``python3 train.py -n 5`` keeps its ``-n 5``. An unknown option before the command is a
+usage error (exit 2), not the start of the command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import click
+
+from ..errors import SpecError
+from ..spec import config as siteconfig
+from ..spec.schema import JobSpec
+from .completion import backend_names, profile_names
+
+#: click settings of the command: options stop at the command's first word
+CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": False,
+           "help_option_names": ["-h", "--help"]}
+LAUNCHERS = ("local", "ssh", "mpi", "sge", "yarn", "slurm")
+#: backends that take hosts (-H) from the command line
+HOST_BACKENDS = ("ssh", "mpi")
+P3_ENV = {"DMLC_PS_VAN_TYPE": "p3", "DMLC_PS_WATER_MARK": "10"}
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchArgs:
+    """The parsed command line (click passes the options by these names)."""
+
+    command: Tuple[str, ...]
+    workers: Optional[int] = None
+    servers: Optional[int] = None
+    hostfile: Optional[str] = None
+    sync_dst_dir: Optional[str] = None
+    launcher: Optional[str] = None
+    backend: Optional[str] = None
+    env: Tuple[str, ...] = ()
+    env_server: Tuple[str, ...] = ()
+    env_worker: Tuple[str, ...] = ()
+    p3: bool = False
+    name: str = "launch"
+    workdir: str = "."
+    interface: Optional[str] = None
+    ports: Optional[str] = None
+    startup_timeout: Optional[str] = None
+    grace: Optional[str] = None
+    stall_timeout: Optional[str] = None
+    container: Optional[str] = None
+    mounts: Tuple[str, ...] = ()
+    profile: Optional[str] = None
+    detach: bool = False
+    quiet: bool = False
+    as_json: bool = False
+
+
+_OPTIONS: List[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
+    click.option("-n", "--num-workers", "--workers", "workers", type=int, default=None,
+                 help="Number of workers (launch.py's -n/--num-workers)."),
+    click.option("-s", "--num-servers", "--servers", "servers", type=int, default=None,
+                 help="Number of servers (default: as many as workers)."),
+    click.option("-H", "--hostfile", default=None, metavar="FILE",
+                 help="Hosts, one HOST, HOST:PORT or 'HOST slots=N' a line (ssh, mpi); "
+                      "implies --launcher ssh unless a launcher is given."),
+    click.option("--sync-dst-dir", default=None, metavar="DIR",
+                 help="ssh: copy the working directory to DIR on every host (rsync) and "
+                      "run there (hosts need not share storage)."),
+    click.option("--launcher", type=click.Choice(LAUNCHERS), default=None,
+                 help="Where to run (launch.py's name for --backend)."),
+    click.option("--backend", "-b", default=None, shell_complete=backend_names,
+                 help="Where to run: local (default), ssh, mpi, sge, slurm, yarn, or a "
+                      "plugin's name (default: the profile's backend, else local)."),
+    click.option("--profile", "-p", default=None, metavar="NAME", shell_complete=profile_names,
+                 help="Site profile of the config file (default: its default_profile)."),
+    click.option("--env", "-e", "env", multiple=True, metavar="NAME[=VALUE]",
+                 help="NAME: the submitter's value reaches every role (it must be set); "
+                      "NAME=VALUE or NAME:VALUE: set it for every role. Repeatable."),
+    click.option("--env-server", multiple=True, metavar="NAME:VALUE",
+                 help="A variable for the servers. Repeatable."),
+    click.option("--env-worker", multiple=True, metavar="NAME:VALUE",
+                 help="A variable for the workers. Repeatable."),
+    click.option("--p3", is_flag=True,
+                 help="P3 distributed training (DMLC_PS_VAN_TYPE=p3 DMLC_PS_WATER_MARK=10)."),
+    click.option("--name", default="launch", show_default=True, help="Job name."),
+    click.option("--workdir", default=".", show_default=True,
+                 help="Working directory of every role."),
+    click.option("--interface", default=None, help="Network interface to advertise."),
+    click.option("--ports", default=None, help="Scheduler port range, e.g. 9000-9999."),
+    click.option("--startup-timeout", default=None, help="Startup deadline, e.g. 10m."),
+    click.option("--grace", default=None, help="Grace period before SIGKILL, e.g. 30s."),
+    click.option("--stall-timeout", default=None,
+                 help="Fail the job when a role is stopped, or a worker uses no CPU and "
+                      "writes no output, this long, e.g. 20m (default 30m; 'off': never)."),
+    click.option("--container", default=None, metavar="RUNTIME:IMAGE",
+                 help="Run every role in a container, e.g. docker:mxnet/python:1.9.1 "
+                      "(docker, podman or apptainer)."),
+    click.option("--mount", "mounts", multiple=True, metavar="HOST:CONTAINER[:ro]",
+                 help="With --container: a bind mount for every role (repeatable)."),
+    click.option("--detach", is_flag=True, help="Return at once with the job id."),
+    click.option("--quiet", "-q", is_flag=True,
+                 help="Do not stream logs nor show the status line."),
+    click.option("--json", "as_json", is_flag=True,
+                 help="Print one JSON document on stdout (schema: docs/reference/json.md)."),
+    click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED),
+]
+
+
+def options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate the ``launch`` command with every option above."""
+    for decorate in reversed(_OPTIONS):
+        func = decorate(func)
+    return func
+
+
+def _assignment(text: str, flag: str) -> Tuple[str, str]:
+    """``NAME=VALUE`` or ``NAME:VALUE`` (split at the first ``=`` or ``:``)."""
+    match = re.match(r"([A-Za-z_][A-Za-z0-9_]*)[=:](.*)\Z", text, re.S)
+    if not match:
+        raise SpecError(f"expected NAME:VALUE (or NAME=VALUE), got {text!r}", key=flag)
+    return match.group(1), match.group(2)
+
+
+def _role_env(pairs: Sequence[str], flag: str) -> Dict[str, str]:
+    return dict(_assignment(pair, flag) for pair in pairs)
+
+
+def _common_env(entries: Sequence[str], environ: Dict[str, str]) -> Dict[str, str]:
+    """``--env``: NAME (checked, inherited) or an assignment (set)."""
+    env = {}
+    for entry in entries:
+        if _NAME.fullmatch(entry):
+            if entry not in environ:
+                raise SpecError(f"{entry} is not set in this environment (launch.py would "
+                                "pass nothing; set it, or give NAME=VALUE)", key="--env")
+            continue  # inherited with the whole environment, never written down
+        name, value = _assignment(entry, "--env")
+        env[name] = value
+    return env
+
+
+def backend_of(args: LaunchArgs) -> Optional[str]:
+    """The backend the flags ask for: ``--launcher`` or ``--backend``, else ssh when a
+    hostfile is given (launch.py's default launcher); None: the default."""
+    if args.launcher and args.backend and args.launcher != args.backend:
+        raise SpecError(f"--launcher {args.launcher} and --backend {args.backend} disagree "
+                        "(--launcher is launch.py's name for --backend: give one)",
+                        key="--launcher")
+    chosen = args.launcher or args.backend
+    if chosen is None and args.hostfile:
+        return "ssh"
+    return chosen
+
+
+def job_data(args: LaunchArgs, environ: Dict[str, str], cwd: Path) -> Dict[str, Any]:
+    """The job spec (as plain data) the command line describes."""
+    for flag, count in (("-n/--num-workers", args.workers), ("-s/--num-servers", args.servers)):
+        if count is not None and count < 1:
+            raise SpecError(f"must be at least 1, got {count}", key=flag)
+    env = dict(P3_ENV) if args.p3 else {}
+    env.update(_common_env(args.env, environ))
+    roles: Dict[str, Dict[str, Any]] = {
+        "worker": {"env": _role_env(args.env_worker, "--env-worker")},
+        "server": {"env": _role_env(args.env_server, "--env-server")}}
+    for role, count in (("worker", args.workers), ("server", args.servers)):
+        if count is not None:  # else the profile's, else 1 worker and servers = workers
+            roles[role]["count"] = count
+    data: Dict[str, Any] = {"name": args.name, "command": list(args.command),
+                            "workdir": args.workdir, "env": env, "roles": roles}
+    if args.interface or args.ports:
+        data["network"] = {k: v for k, v in (("interface", args.interface),
+                                             ("ports", args.ports)) if v}
+    rendezvous: Dict[str, Any] = {k: v for k, v in (("startup_timeout", args.startup_timeout),
+                                                    ("grace", args.grace),
+                                                    ("stall_timeout", args.stall_timeout)) if v}
+    if args.stall_timeout == "off":
+        rendezvous["stall_timeout"] = None
+    if rendezvous:
+        data["rendezvous"] = rendezvous
+    if args.container or args.mounts:
+        data["container"] = container_data(args.container, args.mounts)
+    backend = backend_of(args)
+    hosts: Dict[str, Any] = {}
+    if args.hostfile:
+        if backend not in HOST_BACKENDS:
+            raise SpecError(f"a hostfile is for --launcher ssh or mpi, not {backend or 'local'}",
+                            key="-H/--hostfile")
+        hosts["hostfile"] = str(cwd / Path(args.hostfile).expanduser())
+    if args.sync_dst_dir:
+        if backend != "ssh":
+            raise SpecError("works with --launcher ssh only (mpi needs the working directory "
+                            "on storage every host sees)", key="--sync-dst-dir")
+        hosts["sync_dst_dir"] = args.sync_dst_dir
+    if hosts:
+        data["backends"] = {backend: hosts}
+    return data
+
+
+def container_data(container: Optional[str], mounts: Sequence[str]) -> Dict[str, Any]:
+    """``--container RUNTIME:IMAGE`` and ``--mount`` as the spec's ``container`` block."""
+    runtime, sep, image = (container or "").partition(":")
+    if not container:
+        raise SpecError("needs --container RUNTIME:IMAGE", key="--mount")
+    if not sep or not runtime or not image:
+        raise SpecError(f"expected RUNTIME:IMAGE (docker:mxnet/python:1.9.1), got {container!r}",
+                        key="--container")
+    return {"runtime": runtime, "image": image, "mounts": list(mounts)}
+
+
+def launch_job(flags: Dict[str, Any]) -> Tuple[JobSpec, str, LaunchArgs]:
+    """The job spec, backend name and parsed flags of ``launch`` (the profile's values
+    under the flags')."""
+    args = LaunchArgs(**flags)
+    data = job_data(args, dict(os.environ), Path.cwd())
+    spec = siteconfig.job_from_mapping(data, base_dir=Path.cwd(), default_name=args.name,
+                                       profile=args.profile)
+    return spec, siteconfig.backend_name(spec, backend_of(args)), args

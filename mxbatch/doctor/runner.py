@@ -1,0 +1,171 @@
+"""``mxbatch doctor``: is this site ready to run a job?
+
+``run_checks`` runs, in order: the submitter's Python and mxbatch (the runtime zipapp
+builds and runs), MXNet importable by the roles' interpreter, the rendezvous directory
+(writable, mode 0700), the backend's own checks (``Backend.doctor_checks``: tools,
+libraries, the daemon answering), the network (an interface with an address, a free
+port in the range) and last the one that matters most on a cluster: a probe job
+through the real backend (``probe``) that proves compute nodes see the rendezvous
+directory and run the runtime. The probe is skipped when an earlier check of the
+backend or the rendezvous directory failed. A skipped check is no failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, List, Optional, Sequence
+
+import mxbatch
+
+from .. import __version__
+from ..backends import bundle
+from ..runtime import net
+from ..spec.schema import JobSpec
+from .checks import COMMAND_TIMEOUT_S, Check, Outcome, command_check, failed, passed, skipped
+from .probe import probe_checks, role_interpreters
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..backends.base import Backend
+
+#: how long ``import mxnet`` may take (it is slow on a loaded machine)
+MXNET_IMPORT_TIMEOUT_S = 120.0
+
+
+
+def python_check() -> Check:
+    """The submitter's Python and mxbatch, and the runtime zipapp runs with it."""
+    name = "python and mxbatch"
+    where = Path(mxbatch.__file__).resolve().parent
+    detail = (f"Python {sys.version.split()[0]} at {sys.executable}; mxbatch {__version__} "
+              f"at {where}")
+    with tempfile.TemporaryDirectory(prefix="mxbatch-doctor-") as scratch:
+        runtime = bundle.write_runtime(Path(scratch) / "runtime.pyz")
+        result = subprocess.run([sys.executable, "-I", str(runtime), "--help"],
+                                capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    if result.returncode != 0:
+        return failed(name, f"{detail}; the runtime zipapp does not run: "
+                            f"{result.stderr.strip()[-300:]}",
+                      "reinstall mxbatch (pip install --force-reinstall mxbatch)")
+    return passed(name, detail + "; the runtime zipapp runs")
+
+
+def mxnet_checks(spec: Optional[JobSpec]) -> List[Check]:
+    """Each roles' interpreter, found on this PATH, imports mxnet."""
+    interpreters = role_interpreters(spec)
+    if not interpreters:
+        return [skipped("mxnet importable", "the roles' commands do not start Python")]
+    checks = []
+    for program in interpreters:
+        name = f"mxnet importable by {program}"
+        path = shutil.which(program)
+        if path is None:
+            checks.append(failed(name, f"{program} is not on PATH",
+                                 "activate the environment the roles use, or give the "
+                                 "command's interpreter by its full path"))
+            continue
+        checks.append(command_check(
+            name, [path, "-c", "import mxnet; print(mxnet.__version__)"],
+            f"install MXNet for that interpreter: {path} -m pip install 'mxnet==1.9.1' "
+            "'numpy<1.24' (or pip install 'mxbatch[mxnet]' in its venv)",
+            timeout=MXNET_IMPORT_TIMEOUT_S, success=f"{path} imports mxnet",
+            show_output=True))
+    return checks
+
+
+def rendezvous_check(spec: JobSpec) -> Check:
+    """The rendezvous directory exists (created 0700 if missing), is writable, and is
+    not open to other users (mode 0700: run directories hold plans and logs)."""
+    base = spec.rendezvous.dir
+    name = "rendezvous directory"
+    created = not base.exists()
+    try:
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        probe = tempfile.mkdtemp(prefix=".mxbatch-doctor-", dir=base)
+        os.rmdir(probe)
+    except OSError as exc:
+        return failed(name, f"cannot create run directories in {base}: "
+                            f"{exc.strerror or exc}",
+                      "set rendezvous.dir (job spec or profile) to a directory you can "
+                      "write, on storage every compute node sees")
+    mode = base.stat().st_mode & 0o777
+    if mode & 0o077:
+        return failed(name, f"{base} is writable but has mode {mode:04o}: other users can "
+                            "read (or change) job plans and logs",
+                      f"chmod 700 {base}")
+    return passed(name, f"{base} is writable, mode 0700" + (" (created)" if created else ""))
+
+
+def network_checks(spec: JobSpec, backend: "Backend") -> List[Check]:
+    """An address to advertise, and a free port of the range, here."""
+    interface = spec.network.interface
+    if interface:
+        try:
+            ip = net.interface_ip(interface)
+            address = passed("network interface", f"{interface} has {ip}")
+        except net.NetworkError as exc:
+            return [failed("network interface", str(exc),
+                           "set network.interface to one of: "
+                           + ", ".join(net.interface_names()))]
+    elif backend.loopback_only:
+        ip = "127.0.0.1"
+        address = passed("network interface", "127.0.0.1 (every task runs on this machine)")
+    else:
+        route = net.default_route_interface()
+        if route is None:
+            return [failed("network interface", "no default route: tasks cannot tell which "
+                                                "address to advertise",
+                           "set network.interface to the interface of the cluster network "
+                           "(one of: " + ", ".join(net.interface_names()) + ")")]
+        try:
+            ip = net.interface_ip(route)
+        except net.NetworkError as exc:
+            return [failed("network interface", str(exc), "set network.interface")]
+        address = passed("network interface", f"{route} (default route) has {ip}; set "
+                                              "network.interface if the nodes talk on "
+                                              "another network")
+    low, high = spec.network.port_low, spec.network.port_high
+    port = next(net.candidate_ports(low, high, ip), None)
+    if port is None:
+        return [address, failed("free port", f"no free port in {low}-{high} on {ip}",
+                                "choose another range: network.ports")]
+    return [address, passed("free port", f"port {port} of {low}-{high} is free on {ip} "
+                                         "(on this machine)")]
+
+
+def run_checks(spec: JobSpec, backend_name: str, backend: "Backend", *, probe: bool = True,
+               probe_timeout: float = 180.0, with_mxnet: bool = True) -> List[Check]:
+    """Every check, in order (see the module docstring)."""
+    checks = [python_check()]
+    if with_mxnet:
+        checks += mxnet_checks(spec)
+    storage = rendezvous_check(spec)
+    checks.append(storage)
+    backend_checks = backend.doctor_checks()
+    checks += backend_checks
+    checks += network_checks(spec, backend)
+    if not probe:
+        checks.append(skipped("probe job", "not run (--no-probe)"))
+    elif not storage.ok or not all(c.ok for c in backend_checks):
+        checks.append(skipped("probe job", "not run: fix the failures above first"))
+    else:
+        checks += probe_checks(spec, backend_name, probe_timeout)
+    return checks
+
+
+def format_checks(checks: Sequence[Check]) -> str:
+    """``PASS  name  detail`` lines, with ``fix:`` under each failure."""
+    width = max((len(c.name) for c in checks), default=0)
+    lines = []
+    for check in checks:
+        lines.append(f"{check.outcome.value.upper():<4}  {check.name:<{width}}  {check.detail}")
+        if check.outcome is Outcome.FAIL and check.fix:
+            lines.append(f"{'':<4}  {'':<{width}}  fix: {check.fix}")
+    failures = sum(1 for c in checks if not c.ok)
+    lines.append(f"{failures} of {len(checks)} checks failed" if failures
+                 else f"all {len(checks)} checks passed")
+    return "\n".join(lines) + "\n"

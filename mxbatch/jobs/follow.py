@@ -1,0 +1,169 @@
+"""Following a job until it ends: log streaming with ``role[rank]`` prefixes,
+deadline checks the tasks themselves cannot make, and cleanup at the end.
+
+``follow`` returns the final ``JobStatus``. It never waits without bound: the
+job's own deadlines end it, a job whose tasks vanish is marked failed, and
+``timeout`` (if given) raises ``WaitTimeout``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, List, Optional, Tuple
+
+from ..backends.base import Backend, LogReader, load_run_plan
+from ..backends.records import JobRecord
+from ..backends.status import JobState, JobStatus
+from ..errors import WaitTimeout
+from ..runtime.planfile import RunPlan
+from ..runtime.rendezvous import Rendezvous
+from ..runtime.states import AbortKind, AbortRecord
+from ..runtime.watch import missing_at_deadline, startup_abort
+from .interrupts import HeldSignals, check_interrupted
+
+#: how often an attached job's status is read for ``on_status`` while this process
+#: supervises it
+STATUS_INTERVAL_S = 0.5
+# Give tasks this long past the startup deadline to report it themselves.
+DEADLINE_MARGIN_S = 2.0
+
+
+class LogTail:
+    """Yields complete new lines of one file, from the start, as it grows.
+    ``reader`` (a backend's ``log_reader``) reads it instead of the local ``path``."""
+
+    def __init__(self, path: Path, prefix: str, reader: Optional[LogReader] = None) -> None:
+        self.path = path
+        self.prefix = prefix
+        self.reader = reader
+        self.offset = 0
+        self.partial = b""
+
+    def _read_from(self, offset: int, final: bool) -> Optional[bytes]:
+        if self.reader is not None:
+            return self.reader(offset, final)
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(offset)
+                return handle.read()
+        except OSError:
+            return None
+
+    def read(self, final: bool = False):
+        data = self._read_from(self.offset, final)
+        if data is None:
+            return
+        self.offset += len(data)
+        data = self.partial + data
+        lines = data.split(b"\n")
+        self.partial = lines.pop()
+        if final and self.partial:
+            lines.append(self.partial)
+            self.partial = b""
+        for line in lines:
+            yield self.prefix + line.decode(errors="replace")
+
+
+class LogStream:
+    """Every task's log, prefixed ``role[rank] |``, as it grows (nothing when off)."""
+
+    #: the least time between two looks at the logs (each look opens every log file
+    #: anew: on NFS only an open shows what another host wrote)
+    MIN_INTERVAL_S = 0.1
+
+    def __init__(self, backend: Backend, record: JobRecord, plan: RunPlan,
+                 echo: Callable[[str], None], enabled: bool = True) -> None:
+        self.echo = echo
+        self._next = 0.0
+        self.tails: List[LogTail] = []
+        if enabled:
+            width = max(len(t.label) for t in plan.tasks)
+            self.tails = [LogTail(Path(record.layout.task_log(t.role.value, t.rank)),
+                                  f"{t.label:<{width}} | ",
+                                  backend.log_reader(record, t.role, t.rank))
+                          for t in plan.tasks]
+
+    def pump(self, final: bool = False) -> None:
+        """Echo the complete new lines (``final``: the rest too)."""
+        now = time.monotonic()
+        if not final and now < self._next:
+            return
+        self._next = now + self.MIN_INTERVAL_S
+        for tail in self.tails:
+            for line in tail.read(final=final):
+                self.echo(line)
+
+
+def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
+           echo: Callable[[str], None], timeout: Optional[float] = None,
+           on_status: Optional[Callable[[JobStatus], None]] = None) -> JobStatus:
+    """Block until the job ends; stream logs if asked; clean up; return the final status.
+    ``on_status`` (a progress display) sees every status polled, the final one included."""
+    plan = load_run_plan(record)
+    rdv = backend.rendezvous(record)
+    stream = LogStream(backend, record, plan, echo, enabled=stream_logs)
+    give_up = None if timeout is None else time.time() + timeout
+    while True:
+        check_interrupted()  # a Ctrl-C Python dropped (interrupts.SigintLatch)
+        stream.pump()
+        status = backend.status(record)
+        if on_status is not None:
+            on_status(status)
+        if status.terminal:
+            break
+        _enforce_deadlines(plan, rdv, status)
+        if give_up is not None and time.time() > give_up:
+            raise WaitTimeout(f"job {record.job_id} still {status.state.value} after "
+                              f"{timeout:g}s (it keeps running; `mxbatch cancel "
+                              f"{record.job_id}` stops it)")
+        time.sleep(backend.poll_interval_s)
+    backend.cancel(record)  # idempotent: removes anything still queued or lingering
+    stream.pump(final=True)
+    status = backend.status(record)
+    if on_status is not None:
+        on_status(status)
+    return status
+
+
+def supervise(backend: Backend, record: JobRecord, *, stream_logs: bool,
+              echo: Callable[[str], None],
+              on_status: Optional[Callable[[JobStatus], None]] = None,
+              held: Optional[HeldSignals] = None) -> Tuple[JobStatus, Optional[str]]:
+    """Supervise an attached job in this process (``Backend.supervise_here``) while
+    streaming its logs; the final status, and the signal that cancelled it, if any.
+    ``on_status`` (a progress display) sees the status every ``STATUS_INTERVAL_S``;
+    ``held``: a signal held back until the supervisor handles signals is replayed to it
+    at its first tick."""
+    stream = LogStream(backend, record, load_run_plan(record), echo, enabled=stream_logs)
+    next_status = [0.0]
+
+    def tick() -> None:
+        if held is not None:
+            held.replay()  # the supervisor's handlers are in place: it cancels the job
+        stream.pump()
+        now = time.monotonic()
+        if on_status is not None and now >= next_status[0]:
+            next_status[0] = now + STATUS_INTERVAL_S
+            on_status(backend.status(record))
+
+    interrupted = backend.supervise_here(record, on_tick=tick)
+    backend.cancel(record)  # idempotent: SIGKILLs anything of the job that is left
+    stream.pump(final=True)
+    status = backend.status(record)
+    if on_status is not None:
+        on_status(status)
+    return status, interrupted
+
+
+def _enforce_deadlines(plan, rdv: Rendezvous, status: JobStatus) -> None:
+    """Startup deadline and vanished tasks, for when no supervisor is there to see them."""
+    if rdv.read_abort() is not None:
+        return
+    missing = missing_at_deadline(plan, rdv.read_tasks(plan.task_keys()),
+                                  time.time() - DEADLINE_MARGIN_S)
+    if missing:
+        rdv.write_abort(startup_abort(plan, missing, by="mxbatch wait"))
+    elif status.state is JobState.FAILED and status.reason:
+        rdv.write_abort(AbortRecord(kind=AbortKind.FAILED, reason=status.reason,
+                                    log=status.log, by="mxbatch wait"))

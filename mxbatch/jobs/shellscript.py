@@ -1,0 +1,205 @@
+"""``mxbatch render --format shell``: the job as a bash script that starts every role by
+hand, with the ``DMLC_*`` variables ps-lite reads, and no mxbatch in the loop.
+
+For people who learn or debug the parameter-server wiring. The script runs every
+role on this machine (the local backend's case): the scheduler's address is the one
+the runtime would advertise (127.0.0.1, or the spec's ``network.interface``), its port
+one the runtime would pick (a free port of ``network.ports``, chosen when the script is
+rendered). It starts the scheduler, the servers and the workers in the background,
+waits for the workers (a failing worker, scheduler or server stops the job at once, and
+so do workers still running a grace period after the scheduler or a server ended), lets
+the servers and the scheduler end, stops them after the grace period if they do not, and
+exits with the first failing worker's status.
+
+What it leaves out, on purpose: mxbatch's supervision (heartbeats, startup deadline,
+walltime, the exception hook that makes a crashing role exit instead of hanging in
+MXNet's exit barrier) and its bookkeeping variables (``MXBATCH_*``).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional
+
+from ..errors import MxbatchError, SpecError
+from ..quoting import quote, shell_words
+from ..runtime import net
+from ..runtime.planfile import TaskInfo
+from ..runtime.roles import Role
+from ..spec import plan as planning
+from ..spec.schema import JobSpec
+
+#: the variables every role shares; exported once at the top of the script
+SHARED_VARIABLES = ("DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER",
+                    "DMLC_NUM_WORKER")
+#: what a role keeps when the spec turns environment inheritance off (``env -i``)
+KEPT_WITHOUT_INHERITANCE = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM",
+                            "TMPDIR")
+
+_HEADER = """\
+#!/usr/bin/env bash
+# Job {name}: every role started by hand, the way mxbatch's local backend wires them,
+# without mxbatch. Written by `mxbatch render --format shell`; run it with bash.
+#
+# ps-lite (MXNet's parameter server) reads these variables in every role:
+#   DMLC_ROLE          scheduler, server or worker
+#   DMLC_PS_ROOT_URI   the scheduler's IP address ({address}: {why})
+#   DMLC_PS_ROOT_PORT  the scheduler's port ({port}: free in {low}-{high} when this was
+#                      written; if it is taken now, render again or change it here)
+#   DMLC_NUM_SERVER    how many servers, DMLC_NUM_WORKER how many workers
+#   DMLC_NODE_HOST     the address this role advertises to the others
+# The scheduler, {servers} server(s) and {workers} worker(s) start in the background; the
+# script waits for the workers, then for the servers and the scheduler (stopped after
+# {grace}s if they do not end), and exits with the first failing worker's status. A
+# worker or a server that fails, or workers still running {grace}s after the scheduler or
+# a server ended, stop everything.
+set -u
+cd {workdir} || exit 1
+
+"""
+
+_SUPERVISION = """
+alive() {{  # true while any of the given processes runs
+    local pid
+    for pid in "$@"; do kill -0 "$pid" 2>/dev/null && return 0; done
+    return 1
+}}
+stop() {{  # SIGTERM, then SIGKILL after {grace}s
+    kill -TERM "$@" 2>/dev/null
+    local waited=0
+    while alive "$@" && [ "$waited" -lt {grace_ticks} ]; do
+        sleep 0.5
+        waited=$((waited + 1))
+    done
+    kill -KILL "$@" 2>/dev/null
+    wait "$@" 2>/dev/null
+}}
+interrupted() {{
+    echo "interrupted: stopping every role" >&2
+    stop "${{others[@]}}" "${{workers[@]}}"
+    exit 130
+}}
+trap interrupted INT TERM
+
+status=0
+pending=("${{workers[@]}}")
+running=("${{others[@]}}")
+since_other_ended=0   # half-seconds since the scheduler or a server ended by itself
+while [ "${{#pending[@]}}" -gt 0 ]; do
+    still=()
+    for pid in "${{pending[@]}}"; do
+        if kill -0 "$pid" 2>/dev/null; then still+=("$pid"); continue; fi
+        wait "$pid"
+        code=$?
+        if [ "$code" -ne 0 ]; then
+            echo "worker (pid $pid) exited with status $code: stopping the job" >&2
+            status=$code
+            break 2
+        fi
+    done
+    pending=("${{still[@]}}")
+    [ "${{#pending[@]}}" -eq 0 ] && break
+    # ps-lite's scheduler and servers may end as soon as the workers said goodbye, a
+    # moment before the workers exit; one that fails, or ends long before, stops the job
+    still=()
+    for pid in "${{running[@]}}"; do
+        if kill -0 "$pid" 2>/dev/null; then still+=("$pid"); continue; fi
+        wait "$pid"
+        code=$?
+        if [ "$code" -ne 0 ]; then
+            echo "the scheduler or a server (pid $pid) exited with status $code: stopping" >&2
+            status=1
+            break 2
+        fi
+        [ "$since_other_ended" -eq 0 ] && since_other_ended=1
+    done
+    running=("${{still[@]}}")
+    if [ "$since_other_ended" -gt 0 ]; then
+        since_other_ended=$((since_other_ended + 1))
+        if [ "$since_other_ended" -gt {grace_ticks} ]; then
+            echo "the workers did not end {grace}s after the scheduler or a server: stopping" >&2
+            status=1
+            break
+        fi
+    fi
+    sleep 0.5
+done
+
+if [ "$status" -ne 0 ]; then
+    stop "${{others[@]}}" "${{workers[@]}}"
+    exit "$status"
+fi
+# Every worker succeeded: the servers and the scheduler end by themselves; wait for them
+waited=0
+while alive "${{others[@]}}" && [ "$waited" -lt {grace_ticks} ]; do
+    sleep 0.5
+    waited=$((waited + 1))
+done
+stop "${{others[@]}}"
+echo "every worker succeeded" >&2
+exit 0
+"""
+
+
+def scheduler_port(low: int, high: int, bind_ip: str) -> int:
+    """A port of ``low..high`` free now, picked as the runtime picks it."""
+    port = next(net.candidate_ports(low, high, bind_ip), None)
+    if port is None:
+        raise MxbatchError(f"no free port in {low}-{high} on {bind_ip}", exit_code=2)
+    return port
+
+
+def render_script(spec: JobSpec, backend: str, port: Optional[int] = None) -> str:
+    """The bash script for ``spec`` (see the module docstring). Only for jobs whose roles
+    all run here: ``backend`` must be ``local``."""
+    if backend != "local":
+        raise SpecError(f"--format shell writes a script that runs every role on this "
+                        f"machine; it is for the local backend, not {backend!r}",
+                        key="--format", hint="add --backend local")
+    job = planning.make(spec, backend, loopback_only=True)
+    run = job.run
+    try:
+        address = net.scheduler_ip(run.interface, run.loopback_only)
+    except net.NetworkError as exc:
+        raise spec.error(("network", "interface"), str(exc)) from None
+    why = (f"the address of {run.interface}" if run.interface
+           else "every role runs on this machine")
+    port = port if port is not None else scheduler_port(run.port_low, run.port_high, address)
+    grace = max(1, int(run.grace_s))
+    text = _HEADER.format(name=spec.name, address=address, why=why,
+                          port=port, low=run.port_low, high=run.port_high,
+                          servers=len(run.tasks_of(Role.SERVER)),
+                          workers=len(run.tasks_of(Role.WORKER)), grace=grace,
+                          workdir=quote(run.workdir))
+    shared = {"DMLC_PS_ROOT_URI": address, "DMLC_PS_ROOT_PORT": str(port),
+              "DMLC_NUM_SERVER": str(len(run.tasks_of(Role.SERVER))),
+              "DMLC_NUM_WORKER": str(len(run.tasks_of(Role.WORKER)))}
+    lines: List[str] = [f"export {name}={quote(shared[name])}" for name in SHARED_VARIABLES]
+    lines += ["", "others=()   # the scheduler and the servers", "workers=()", ""]
+    for task in run.tasks:
+        lines += _start_lines(task, address, run.inherit_env)
+    text += "\n".join(lines) + "\n"
+    return text + _SUPERVISION.format(grace=grace, grace_ticks=grace * 2)
+
+
+def role_environment(task: TaskInfo, address: str) -> Dict[str, str]:
+    """The variables set on one role's command line: its own, without mxbatch's
+    bookkeeping and without the shared ``DMLC_*`` exported once."""
+    env = {name: value for name, value in task.env.items()
+           if not name.startswith("MXBATCH_") and name not in SHARED_VARIABLES}
+    env["DMLC_NODE_HOST"] = address
+    return env
+
+
+def _start_lines(task: TaskInfo, address: str, inherit_env: bool) -> List[str]:
+    env: Mapping[str, str] = role_environment(task, address)
+    ordered = dict(sorted(env.items(), key=lambda item: (item[0] != "DMLC_ROLE", item[0])))
+    assignments = " ".join(f"{name}={quote(value)}" for name, value in ordered.items())
+    prefix = ""
+    if not inherit_env:
+        prefix = "env -i " + " ".join(f'{name}="${{{name}:-}}"'
+                                      for name in KEPT_WITHOUT_INHERITANCE) + " "
+    group = "workers" if task.role is Role.WORKER else "others"
+    return [f"# {task.label}",
+            f"{prefix}{assignments} {shell_words(task.argv)} &",
+            f"{group}+=($!)"]
+

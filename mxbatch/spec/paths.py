@@ -1,0 +1,33 @@
+"""Where mxbatch keeps its own files on the submitting host: the one owner of
+``$MXBATCH_HOME`` (job records, internal-error logs, caches) and of the site config
+file's location. A leaf: it imports nothing of mxbatch."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+#: names another config file ("" = none at all)
+CONFIG_ENV = "MXBATCH_CONFIG"
+#: names the folder of mxbatch's own state (default ``~/.mxbatch``)
+HOME_ENV = "MXBATCH_HOME"
+
+
+def mxbatch_home() -> Path:
+    """``$MXBATCH_HOME`` or ``~/.mxbatch``."""
+    return Path(os.environ.get(HOME_ENV) or Path.home() / ".mxbatch").expanduser()
+
+
+def jobs_dir() -> Path:
+    """Where the job records live: ``$MXBATCH_HOME/jobs``."""
+    return mxbatch_home() / "jobs"
+
+
+def config_path() -> Optional[Path]:
+    """Where the config file is looked for; None when ``MXBATCH_CONFIG`` is set empty."""
+    explicit = os.environ.get(CONFIG_ENV)
+    if explicit is not None:
+        return Path(explicit).expanduser() if explicit else None
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base).expanduser() / "mxbatch" / "config.yaml"

@@ -1,0 +1,119 @@
+"""JobSpec -> JobPlan: the job id, run directory and one task per role instance. Pure.
+
+Task order is fixed: the scheduler is task 0, then servers, then workers, each
+role ranked from 0. Every task gets the ``DMLC_*``/``MXBATCH_*`` variables that
+are known before the job runs; the runtime adds the scheduler address and the
+task's own IP when it starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from ..runtime.container import ContainerPlan
+from ..runtime.planfile import RunPlan, TaskInfo
+from ..runtime.roles import Role
+from .schema import JobSpec, RoleSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class JobPlan:
+    """A spec bound to a backend, with everything decided that can be decided before submit."""
+
+    spec: JobSpec
+    backend: str
+    run: RunPlan
+
+    @property
+    def job_id(self) -> str:
+        return self.run.job_id
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.run_dir)
+
+    def tasks_of(self, role: Role) -> List[TaskInfo]:
+        return self.run.tasks_of(role)
+
+
+def new_job_id(name: str) -> str:
+    """``<name>-<8 hex>``."""
+    return f"{name}-{secrets.token_hex(4)}"
+
+
+def make(spec: JobSpec, backend: str, *, job_id: Optional[str] = None,
+         created_at: Optional[float] = None, python: Optional[str] = None,
+         loopback_only: bool = False, abort_poll_s: float = 1.0,
+         role_containers: bool = False) -> JobPlan:
+    """Plan ``spec`` for ``backend``. ``loopback_only``: every task runs on this host;
+    ``abort_poll_s``: how often supervisors look for the abort record (often on one
+    machine, about once a second on shared storage); ``role_containers``: the runtime
+    runs every role in the spec's ``container`` (the backend does not do it itself)."""
+    job_id = job_id or new_job_id(spec.name)
+    counts = {role: spec.role(role).count for role in Role}
+    tasks: List[TaskInfo] = []
+    for role in Role:
+        role_spec = spec.role(role)
+        for rank in range(role_spec.count):
+            tasks.append(_task(spec, role_spec, rank, len(tasks), job_id, counts))
+    run = RunPlan(
+        job_id=job_id,
+        run_dir=str(spec.rendezvous.dir / job_id),
+        workdir=str(spec.workdir),
+        python=python or sys.executable,
+        created_at=time.time() if created_at is None else created_at,
+        inherit_env=spec.inherit_env,
+        interface=spec.network.interface,
+        loopback_only=loopback_only and spec.network.interface is None,
+        port_low=spec.network.port_low,
+        port_high=spec.network.port_high,
+        startup_timeout_s=spec.rendezvous.startup_timeout_s,
+        grace_s=spec.rendezvous.grace_s,
+        heartbeat_timeout_s=spec.rendezvous.heartbeat_timeout_s,
+        stall_timeout_s=spec.rendezvous.stall_timeout_s,
+        abort_poll_s=abort_poll_s,
+        submit_path=os.environ.get("PATH") if spec.inherit_env else None,
+        core_dumps=spec.core_dumps,
+        container=container_plan(spec) if role_containers else None,
+        tasks=tasks,
+    )
+    return JobPlan(spec=spec, backend=backend, run=run)
+
+
+def container_plan(spec: JobSpec) -> Optional[ContainerPlan]:
+    """The spec's ``container`` as the runtime needs it (None without one)."""
+    container = spec.container
+    if container is None:
+        return None
+    return ContainerPlan(runtime=container.runtime, image=container.image,
+                         mounts=list(container.mounts), options=list(container.options),
+                         gpus=container.gpus)
+
+
+def _task(spec: JobSpec, role_spec: RoleSpec, rank: int, index: int, job_id: str,
+          counts: Dict[Role, int]) -> TaskInfo:
+    env: Dict[str, str] = {}
+    env.update(spec.env)
+    env.update(role_spec.env)
+    env.setdefault("OMP_NUM_THREADS", str(role_spec.resources.cpus))
+    env.update({
+        "DMLC_ROLE": role_spec.role.value,
+        "DMLC_NUM_SERVER": str(counts[Role.SERVER]),
+        "DMLC_NUM_WORKER": str(counts[Role.WORKER]),
+        "MXBATCH_JOB_ID": job_id,
+        "MXBATCH_ROLE": role_spec.role.value,
+        "MXBATCH_RANK": str(rank),
+    })
+    if spec.network.interface:
+        env["DMLC_INTERFACE"] = spec.network.interface
+    resources = role_spec.resources
+    return TaskInfo(index=index, role=role_spec.role, rank=rank,
+                    argv=list(role_spec.command), env=env, cpus=resources.cpus,
+                    memory_mib=resources.memory_mib, gpus=resources.gpus,
+                    walltime_s=resources.walltime_s)
