@@ -21,7 +21,7 @@ import sys
 from typing import Callable, List, Optional, Tuple
 
 from ..quoting import shell_words
-from ..runtime import net, procs
+from ..runtime import net, procs, wire
 from ..runtime.agent import Agent
 from ..runtime.layout import RunLayout
 from ..runtime.planfile import RunPlan
@@ -101,7 +101,7 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
         with open(layout.manager_log, "ab") as log:
             manager = subprocess.Popen(
                 list(request.manager_argv),
-                env=dict(os.environ, MXBATCH_JOB_ID=request.plan.job_id),
+                env={**os.environ, wire.JOB_ID: request.plan.job_id},
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True)
         return LocalHandle(manager_pid=manager.pid, host=socket.gethostname())

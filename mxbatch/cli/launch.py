@@ -40,6 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import click
 
 from ..errors import SpecError
+from ..runtime import wire
 from ..spec import config as siteconfig
 from ..spec.schema import JobSpec
 from .completion import backend_names, profile_names
@@ -50,7 +51,7 @@ CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": False,
 LAUNCHERS = ("local", "ssh", "mpi", "sge", "yarn", "slurm")
 #: backends that take hosts (-H) from the command line
 HOST_BACKENDS = ("ssh", "mpi")
-P3_ENV = {"DMLC_PS_VAN_TYPE": "p3", "DMLC_PS_WATER_MARK": "10"}
+P3_ENV = {wire.DMLC_PS_VAN_TYPE: "p3", wire.DMLC_PS_WATER_MARK: "10"}
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

@@ -29,6 +29,7 @@ from typing import List, Optional
 from ..errors import MxbatchError, WaitTimeout
 from ..jobs import submit as jobs
 from ..jobs.follow import follow
+from ..runtime import wire
 from ..runtime.roles import Role
 from ..runtime.states import TaskState
 from ..spec.schema import JobSpec, Resources, RoleSpec
@@ -46,12 +47,12 @@ _ROLE_SCRIPT = '''\
 """mxbatch doctor's probe role (see mxbatch/probe.py)."""
 import json, os, socket, sys, time
 
-role = os.environ["DMLC_ROLE"]
+role = os.environ["@DMLC_ROLE@"]
 deadline = time.time() + float(os.environ["MXBATCH_PROBE_TIMEOUT"])
 if role == "scheduler":
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("", int(os.environ["DMLC_PS_ROOT_PORT"])))
+    listener.bind(("", int(os.environ["@DMLC_PS_ROOT_PORT@"])))
     listener.listen(8)
     listener.settimeout(1.0)
     while time.time() < deadline:
@@ -128,7 +129,8 @@ def probe_checks(spec: JobSpec, backend_name: str, timeout: float) -> List[Check
     nonce = secrets.token_hex(16)
     try:
         (workdir / NONCE).write_text(nonce + "\n")
-        (workdir / SCRIPT).write_text(_ROLE_SCRIPT)
+        (workdir / SCRIPT).write_text(_ROLE_SCRIPT.replace("@DMLC_ROLE@", wire.DMLC_ROLE)
+                                      .replace("@DMLC_PS_ROOT_PORT@", wire.DMLC_PS_ROOT_PORT))
         backend, request = jobs.prepare(probe_spec(spec, workdir, timeout, python),
                                         backend_name)
         started = time.time()

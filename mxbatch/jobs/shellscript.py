@@ -22,15 +22,15 @@ from typing import Dict, List, Mapping, Optional
 
 from ..errors import MxbatchError, SpecError
 from ..quoting import quote, shell_words
-from ..runtime import net
+from ..runtime import net, wire
 from ..runtime.planfile import TaskInfo
 from ..runtime.roles import Role
 from ..spec import plan as planning
 from ..spec.schema import JobSpec
 
 #: the variables every role shares; exported once at the top of the script
-SHARED_VARIABLES = ("DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER",
-                    "DMLC_NUM_WORKER")
+SHARED_VARIABLES = (wire.DMLC_PS_ROOT_URI, wire.DMLC_PS_ROOT_PORT, wire.DMLC_NUM_SERVER,
+                    wire.DMLC_NUM_WORKER)
 #: what a role keeps when the spec turns environment inheritance off (``env -i``)
 KEPT_WITHOUT_INHERITANCE = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM",
                             "TMPDIR")
@@ -170,9 +170,9 @@ def render_script(spec: JobSpec, backend: str, port: Optional[int] = None) -> st
                           servers=len(run.tasks_of(Role.SERVER)),
                           workers=len(run.tasks_of(Role.WORKER)), grace=grace,
                           workdir=quote(run.workdir))
-    shared = {"DMLC_PS_ROOT_URI": address, "DMLC_PS_ROOT_PORT": str(port),
-              "DMLC_NUM_SERVER": str(len(run.tasks_of(Role.SERVER))),
-              "DMLC_NUM_WORKER": str(len(run.tasks_of(Role.WORKER)))}
+    shared = {wire.DMLC_PS_ROOT_URI: address, wire.DMLC_PS_ROOT_PORT: str(port),
+              wire.DMLC_NUM_SERVER: str(len(run.tasks_of(Role.SERVER))),
+              wire.DMLC_NUM_WORKER: str(len(run.tasks_of(Role.WORKER)))}
     lines: List[str] = [f"export {name}={quote(shared[name])}" for name in SHARED_VARIABLES]
     lines += ["", "others=()   # the scheduler and the servers", "workers=()", ""]
     for task in run.tasks:
@@ -186,13 +186,13 @@ def role_environment(task: TaskInfo, address: str) -> Dict[str, str]:
     bookkeeping and without the shared ``DMLC_*`` exported once."""
     env = {name: value for name, value in task.env.items()
            if not name.startswith("MXBATCH_") and name not in SHARED_VARIABLES}
-    env["DMLC_NODE_HOST"] = address
+    env[wire.DMLC_NODE_HOST] = address
     return env
 
 
 def _start_lines(task: TaskInfo, address: str, inherit_env: bool) -> List[str]:
     env: Mapping[str, str] = role_environment(task, address)
-    ordered = dict(sorted(env.items(), key=lambda item: (item[0] != "DMLC_ROLE", item[0])))
+    ordered = dict(sorted(env.items(), key=lambda item: (item[0] != wire.DMLC_ROLE, item[0])))
     assignments = " ".join(f"{name}={quote(value)}" for name, value in ordered.items())
     prefix = ""
     if not inherit_env:

@@ -34,6 +34,7 @@ from .states import (
     TaskRecord,
     collect_task_records,
 )
+from .wire import TYPE_KEY, MessageType
 
 #: calls answered by nothing: sent and forgotten (the order of messages is kept)
 ONE_WAY = frozenset(("publish_scheduler", "write_task", "publish_digest"))
@@ -76,17 +77,17 @@ class ChannelRendezvous(Rendezvous):
     def _call(self, method: str, arg: Any = None) -> Any:
         """``method`` on the submit host's rendezvous; None when the channel is lost."""
         if method in ONE_WAY:
-            self._send({"t": "call", "m": method, "a": arg})
+            self._send({TYPE_KEY: MessageType.CALL, "m": method, "a": arg})
             return None
         self._next_id += 1
         call_id = self._next_id
-        if not self._send({"t": "call", "m": method, "a": arg, "id": call_id}):
+        if not self._send({TYPE_KEY: MessageType.CALL, "m": method, "a": arg, "id": call_id}):
             return None
         deadline = time.monotonic() + self.reply_timeout_s
         try:
             while True:
                 message = self.channel.wait_message(deadline)
-                if message.get("t") == "ret" and message.get("id") == call_id:
+                if message.get(TYPE_KEY) == MessageType.RET and message.get("id") == call_id:
                     return message.get("v")
         except ChannelClosed as exc:
             self._lose(str(exc))
@@ -131,12 +132,13 @@ class ChannelRendezvous(Rendezvous):
     def append_log(self, role: Role, rank: int, data: bytes) -> bool:
         """Send a task's output to the submit host, which keeps the log."""
         if data:
-            self._send({"t": "log", "role": role.value, "rank": rank, "d": encode_bytes(data)})
+            self._send({TYPE_KEY: MessageType.LOG, "role": role.value, "rank": rank,
+                        "d": encode_bytes(data)})
         return True
 
     def close(self, exit_status: int) -> None:
         """Say goodbye (the agent's exit status) and wait until it is written."""
-        self._send({"t": "bye", "code": exit_status})
+        self._send({TYPE_KEY: MessageType.BYE, "code": exit_status})
 
 
 def serve_call(rdv: Rendezvous, method: str, arg: Any,

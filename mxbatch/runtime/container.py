@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .layout import RunLayout
+from .wire import JOB_ID
 
 
 class ContainerRuntime(str, enum.Enum):
@@ -73,7 +74,8 @@ class GpuMode(str, enum.Enum):
 
 
 #: the variables a role gets when it starts, passed by name from the client's environment
-RENDEZVOUS_VARIABLES = ("DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NODE_HOST")
+from .wire import RENDEZVOUS_VARIABLES  # noqa: E402 (named here before wire.py)
+
 #: inherited variables that describe the host, not the job: the image has its own
 HOST_ONLY = ("PATH", "HOME", "HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_", "SHELL", "MAIL",
              "TMPDIR", "TMP", "TEMP", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONHOME",
@@ -210,7 +212,7 @@ def client_environment(container: ContainerPlan, environ: Mapping[str, str],
     like), the job id (so ``mxbatch cancel`` finds the client), and the rendezvous
     variables the command line passes on by name."""
     env = dict(environ)
-    env["MXBATCH_JOB_ID"] = job_id
+    env[JOB_ID] = job_id
     prefix = APPTAINER_ENV_PREFIX if container.runtime is ContainerRuntime.APPTAINER else ""
     for name, value in rendezvous_env.items():
         env[prefix + name] = value

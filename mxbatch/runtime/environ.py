@@ -10,13 +10,15 @@ inherited ``DMLC_*``) never pass.
 import os
 from typing import Dict, Mapping, Optional
 
+from .wire import OWN_PREFIXES
+
 # Kept even when inheritance is off: what any process needs, and what the
 # batch system tells its tasks.
 _ALWAYS_KEPT = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TMPDIR", "TZ",
                 "TERM", "JOB_ID", "CONTAINER_ID")
 _ALWAYS_KEPT_PREFIXES = ("SGE_", "SLURM_", "PBS_", "LC_", "SKEIN_", "HADOOP_", "YARN_")
 _DROPPED = ("PORT",)
-_DROPPED_PREFIXES = ("DMLC_", "MXBATCH_")
+_DROPPED_PREFIXES = OWN_PREFIXES
 
 
 def role_environment(inherited: Mapping[str, str], inherit: bool, task_env: Mapping[str, str],

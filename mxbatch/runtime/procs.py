@@ -12,6 +12,8 @@ import signal
 import time
 from typing import Callable, List
 
+from .wire import JOB_ID
+
 
 def pid_alive(pid: int) -> bool:
     """True if ``pid`` exists and is not a zombie."""
@@ -62,7 +64,7 @@ def processes_with_variable(matches: Callable[[bytes], bool]) -> List[int]:
 
 def job_processes(job_id: str) -> List[int]:
     """Pids of live processes whose environment has ``MXBATCH_JOB_ID=job_id``."""
-    needle = f"MXBATCH_JOB_ID={job_id}".encode()
+    needle = f"{JOB_ID}={job_id}".encode()
     return processes_with_variable(lambda variable: variable == needle)
 
 

@@ -34,6 +34,7 @@ from .agent import Agent
 from .channel import Channel, ChannelClosed, Message
 from .channelrdv import ChannelRendezvous
 from .planfile import RunPlan
+from .wire import JOB_ID, TYPE_KEY, MessageType
 
 #: the bootstrap's exit status when the remote python3 is older than 3.8
 VERSION_EXIT = 97
@@ -58,12 +59,12 @@ def read(n):
         data += chunk
     return data
 size = int(read(16))
-path = tempfile.mkdtemp(prefix="mxbatch-%s-" % os.environ.get("MXBATCH_JOB_ID", "job"))
+path = tempfile.mkdtemp(prefix="mxbatch-%s-" % os.environ.get("@JOB_ID@", "job"))
 with open(os.path.join(path, "runtime.pyz"), "wb") as out:
     out.write(read(size))
 pyz = os.path.join(path, "runtime.pyz")
 os.execv(sys.executable, [sys.executable, pyz, "remote", path])
-""".strip()
+""".strip().replace("@JOB_ID@", JOB_ID)
 
 #: variables of the submitter's environment that describe its own session, not a job:
 #: the remote host's own values stay
@@ -122,20 +123,20 @@ def main(run_dir: str) -> int:
 
 def _serve(channel: Channel, run_dir: str) -> int:
     setup = channel.wait_message(time.monotonic() + SETUP_TIMEOUT_S)
-    if setup.get("t") != "setup":
-        raise ChannelClosed("expected the setup message, got %r" % setup.get("t"))
+    if setup.get(TYPE_KEY) != MessageType.SETUP:
+        raise ChannelClosed("expected the setup message, got %r" % setup.get(TYPE_KEY))
     plan = dataclasses.replace(RunPlan.from_json(setup["plan"]), run_dir=run_dir)
     problems = _prepare(setup, plan)
     if problems:
-        channel.send({"t": "error", "message": "; ".join(problems)})
+        channel.send({TYPE_KEY: MessageType.ERROR, "message": "; ".join(problems)})
         channel.flush_until(time.monotonic() + 10)
         return 2
     tasks = [plan.tasks[i] for i in setup["tasks"]]
-    channel.send({"t": "hello", "python": "%d.%d.%d" % sys.version_info[:3],
+    channel.send({TYPE_KEY: MessageType.HELLO, "python": "%d.%d.%d" % sys.version_info[:3],
                   "hostname": socket.gethostname(), "pid": os.getpid()})
     channel.flush_until(time.monotonic() + 30)
     go = channel.wait_message(time.monotonic() + max(10.0, plan.startup_deadline - time.time()))
-    if go.get("t") != "start":
+    if go.get(TYPE_KEY) != MessageType.START:
         return 0
     env = merged_environment(os.environ, setup.get("env") or {})
     where = "the agent on %s" % setup.get("host", socket.gethostname())

@@ -15,6 +15,7 @@ from typing import Mapping, Optional
 
 from .planfile import RunPlan, TaskInfo
 from .roles import Role
+from .wire import TASK
 
 _ARRAY_VARIABLES = (("SGE_TASK_ID", 1), ("SLURM_ARRAY_TASK_ID", 0),
                     ("OMPI_COMM_WORLD_RANK", 0), ("PMI_RANK", 0))
@@ -36,8 +37,8 @@ def resolve(plan: RunPlan, environ: Mapping[str, str], index: Optional[int] = No
             raise TaskIdentityError("$%s is not a task index: %r"
                                     % (" or $".join(names), environ.get(variable)))
         index = int(environ[variable])
-    if index is None and environ.get("MXBATCH_TASK", "").isdigit():
-        index = int(environ["MXBATCH_TASK"])
+    if index is None and environ.get(TASK, "").isdigit():
+        index = int(environ[TASK])
     if index is not None:
         if not 0 <= index < len(plan.tasks):
             raise TaskIdentityError("task index %d out of range 0-%d"

@@ -39,7 +39,7 @@ import subprocess
 import time
 from typing import Dict, Iterator, Optional
 
-from . import net, pyhook
+from . import net, pyhook, wire
 from .container import RoleContainer
 from .environ import role_environment
 from .planfile import RunPlan, TaskInfo
@@ -245,7 +245,7 @@ class TaskRunner:
             if self.container.daemon:
                 deathsig = signal.SIGTERM
         self.say("starting on %s with DMLC_NODE_HOST=%s: %s"
-                 % (self.record.host, rendezvous_env.get("DMLC_NODE_HOST"), " ".join(argv)))
+                 % (self.record.host, rendezvous_env.get(wire.DMLC_NODE_HOST), " ".join(argv)))
         read_end, write_end = os.pipe()
         try:
             self.proc = subprocess.Popen(
@@ -278,8 +278,7 @@ class TaskRunner:
         if port is None:
             raise self.fail("scheduler[0]: no free port in %d-%d"
                             % (self.plan.port_low, self.plan.port_high), wall, mono)
-        self._popen({"DMLC_PS_ROOT_URI": ip, "DMLC_PS_ROOT_PORT": str(port),
-                     "DMLC_NODE_HOST": ip}, wall, mono)
+        self._popen(wire.rendezvous_environment(ip, port, ip), wall, mono)
         assert self.proc is not None
         self._published = SchedulerRecord(job_id=self.plan.job_id, ip=ip, port=port,
                                           host=socket.gethostname(), pid=self.proc.pid,
@@ -292,8 +291,7 @@ class TaskRunner:
         except (net.NetworkError, OSError) as exc:
             raise self.fail("%s: %s" % (self.label, exc), wall, mono) from None
         self._scheduler = info
-        self._popen({"DMLC_PS_ROOT_URI": info.ip, "DMLC_PS_ROOT_PORT": str(info.port),
-                     "DMLC_NODE_HOST": my_ip}, wall, mono)
+        self._popen(wire.rendezvous_environment(info.ip, info.port, my_ip), wall, mono)
 
     # ------------------------------------------------------------------ stepping
     def step(self, wall: float, mono: float, workers_done_seen: Optional[float]) -> None:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from ..runtime import wire
 from ..runtime.container import ContainerPlan
 from ..runtime.planfile import RunPlan, TaskInfo
 from ..runtime.roles import Role
@@ -103,15 +104,15 @@ def _task(spec: JobSpec, role_spec: RoleSpec, rank: int, index: int, job_id: str
     env.update(role_spec.env)
     env.setdefault("OMP_NUM_THREADS", str(role_spec.resources.cpus))
     env.update({
-        "DMLC_ROLE": role_spec.role.value,
-        "DMLC_NUM_SERVER": str(counts[Role.SERVER]),
-        "DMLC_NUM_WORKER": str(counts[Role.WORKER]),
-        "MXBATCH_JOB_ID": job_id,
-        "MXBATCH_ROLE": role_spec.role.value,
-        "MXBATCH_RANK": str(rank),
+        wire.DMLC_ROLE: role_spec.role.value,
+        wire.DMLC_NUM_SERVER: str(counts[Role.SERVER]),
+        wire.DMLC_NUM_WORKER: str(counts[Role.WORKER]),
+        wire.JOB_ID: job_id,
+        wire.ROLE: role_spec.role.value,
+        wire.RANK: str(rank),
     })
     if spec.network.interface:
-        env["DMLC_INTERFACE"] = spec.network.interface
+        env[wire.DMLC_INTERFACE] = spec.network.interface
     resources = role_spec.resources
     return TaskInfo(index=index, role=role_spec.role, rank=rank,
                     argv=list(role_spec.command), env=env, cpus=resources.cpus,

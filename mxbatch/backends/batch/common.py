@@ -28,6 +28,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 from ... import shell
 from ...errors import BackendUnavailable, CommandError, MxbatchError, SubmissionRejected
 from ...quoting import quote, shell_words
+from ...runtime import wire
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan, TaskInfo
 from ...runtime.rendezvous import FileRendezvous
@@ -164,7 +165,7 @@ def job_name(plan: JobPlan, role: Role) -> str:
 
 def job_id_export(plan: JobPlan) -> str:
     """The job script line that puts ``MXBATCH_JOB_ID`` into every process it starts."""
-    return f"export MXBATCH_JOB_ID={quote(plan.job_id)}"
+    return f"export {wire.JOB_ID}={quote(plan.job_id)}"
 
 
 def relative_to_run_dir(plan: JobPlan, path: str) -> str:
@@ -353,7 +354,7 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
             native=" ".join(self.drmaa_token(t)
                             for t in flat_argv(self.native_specification(plan, group))),
             output_path=":" + output, working_directory=plan.run.run_dir, count=group.count,
-            environment={"MXBATCH_JOB_ID": plan.job_id})
+            environment={wire.JOB_ID: plan.job_id})
 
     def templates(self, plan: JobPlan) -> Tuple[drmaa_glue.TemplateSpec, ...]:
         """The DRMAA bulk jobs of ``plan`` when the submitter is DRMAA (else none)."""

@@ -40,7 +40,7 @@ from typing import Any, Callable, ClassVar, Dict, Iterable, List, Optional, Tupl
 
 from ...errors import BackendUnavailable, ExitCode, MxbatchError
 from ...quoting import shell_words
-from ...runtime import procs
+from ...runtime import procs, wire
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan, TaskInfo
 from ...runtime.rendezvous import FileRendezvous, atomic_write_json, read_json
@@ -352,7 +352,7 @@ def start_detached(backend: str, plan: JobPlan) -> int:
     with open(layout.manager_log, "ab") as log:
         proc = subprocess.Popen(
             detached_argv(backend, plan.run.run_dir),
-            env=dict(os.environ, MXBATCH_JOB_ID=plan.job_id), stdin=subprocess.DEVNULL,
+            env={**os.environ, wire.JOB_ID: plan.job_id}, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=log, start_new_session=True, close_fds=True)
     assert proc.stdout is not None
     deadline = time.monotonic() + max(60.0, plan.run.startup_timeout_s)

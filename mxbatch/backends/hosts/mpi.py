@@ -47,6 +47,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ...errors import BackendUnavailable
 from ...quoting import shell_words
+from ...runtime import wire
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan
 from ...runtime.states import AbortKind, AbortRecord
@@ -156,9 +157,9 @@ class MpiBackend(ControlledBackend[MpiOptions, MpiRequest]):
         argv = [self.options.mpirun, "-n", str(len(run.tasks))]
         if flavor is MpiFlavor.OPENMPI:
             argv += ["--hostfile", hosts_path, "--map-by", "node", "--bind-to", "none",
-                     "--stdin", "none", "-x", f"MXBATCH_JOB_ID={run.job_id}"]
+                     "--stdin", "none", "-x", f"{wire.JOB_ID}={run.job_id}"]
         else:
-            argv += ["-f", hosts_path, "-genv", "MXBATCH_JOB_ID", run.job_id]
+            argv += ["-f", hosts_path, "-genv", wire.JOB_ID, run.job_id]
         argv += [*self.options.extra, self.options.python, layout.runtime, "run", run.run_dir,
                  "--task-from", RANK_VARIABLES, "--environ-file", environ, "--exit-zero",
                  "--launcher-signals"]
@@ -248,7 +249,7 @@ class MpiController(Controller):
             self.proc = subprocess.Popen(
                 list(self.setup.argv), stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-                env=dict(os.environ, MXBATCH_JOB_ID=self.plan.job_id),
+                env={**os.environ, wire.JOB_ID: self.plan.job_id},
                 preexec_fn=die_with_parent)
         deadline = time.monotonic() + self.setup.start_timeout_s
         while not self.interrupted:  # a Ctrl-C meanwhile: ``run`` cancels the job

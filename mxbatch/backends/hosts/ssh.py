@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ...errors import BackendUnavailable, SpecError
 from ...quoting import quote, shell_words
+from ...runtime import wire
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan
 from ...runtime.remote import BOOTSTRAP
@@ -45,7 +46,7 @@ CONFIG_VARIABLE = "MXBATCH_SSH_CONFIG"
 #: (``remove``'s last resort); argv[1] = job id
 SWEEP = r"""
 import glob, os, shutil, signal, sys, tempfile
-needle = ("MXBATCH_JOB_ID=" + sys.argv[1]).encode()
+needle = ("@JOB_ID@=" + sys.argv[1]).encode()
 for pid in os.listdir("/proc"):
     if pid.isdigit() and int(pid) != os.getpid():
         try:
@@ -56,7 +57,7 @@ for pid in os.listdir("/proc"):
             pass
 for path in glob.glob(os.path.join(tempfile.gettempdir(), "mxbatch-%s-*" % sys.argv[1])):
     shutil.rmtree(path, ignore_errors=True)
-""".strip()
+""".strip().replace("@JOB_ID@", wire.JOB_ID)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +151,7 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
     def render(self, plan: JobPlan) -> SshRequest:
         hosts = hostfile.job_hosts(plan, self.name, self.options.hosts, self.options.hostfile)
         placement = hostfile.place(hosts, len(plan.run.tasks))
-        remote = (f"exec env MXBATCH_JOB_ID={quote(plan.job_id)} "
+        remote = (f"exec env {wire.JOB_ID}={quote(plan.job_id)} "
                   f"{quote(self.options.python)} -c {quote(BOOTSTRAP)}")
         sync = self.options.sync_dst_dir
         config = self._config(plan)

@@ -31,12 +31,14 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from ...runtime import wire
 from ...runtime.channel import Channel, ChannelClosed, Message, decode_bytes
 from ...runtime.channelrdv import serve_call
 from ...runtime.planfile import RunPlan
 from ...runtime.remote import VERSION_EXIT, zipapp_header
 from ...runtime.rendezvous import TaskKey
 from ...runtime.roles import Role
+from ...runtime.wire import TYPE_KEY, MessageType
 from ...spec.typed import from_data
 from .controller import Controller, die_with_parent, unavailable
 
@@ -189,13 +191,13 @@ class SshController(Controller):
         sync = self.setup.sync_dst_dir
         remote_plan = self.plan if sync is None else dataclasses.replace(self.plan,
                                                                           workdir=sync)
-        return {"t": "setup", "plan": remote_plan.to_json(), "env": self.environ,
+        return {TYPE_KEY: MessageType.SETUP, "plan": remote_plan.to_json(), "env": self.environ,
                 "tasks": list(host.tasks), "host": host.host,
                 "check_workdir": sync is None, "make_dirs": [sync] if sync else []}
 
     def prepare(self) -> None:
         pyz = Path(self.layout.runtime).read_bytes()
-        env = dict(self.environ, MXBATCH_JOB_ID=self.plan.job_id)
+        env = {**self.environ, wire.JOB_ID: self.plan.job_id}
         for host in self.setup.hosts:
             link = HostLink(host, env, self.layout.logs_dir + f"/ssh-{_file_name(host.host)}.log")
             self.links.append(link)
@@ -220,7 +222,7 @@ class SshController(Controller):
 
     def _sync(self) -> None:
         """rsync the working directory to every host, all at once."""
-        env = dict(self.environ, MXBATCH_JOB_ID=self.plan.job_id)
+        env = {**self.environ, wire.JOB_ID: self.plan.job_id}
         running = [(host, subprocess.Popen(list(host.rsync), stdin=subprocess.DEVNULL,
                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                            env=env, start_new_session=True,
@@ -253,7 +255,7 @@ class SshController(Controller):
                 continue
             link.running = True
             try:
-                link.channel.send({"t": "start"})
+                link.channel.send({TYPE_KEY: MessageType.START})
             except ChannelClosed:
                 pass  # seen as an ended link by the next step
 
@@ -262,7 +264,7 @@ class SshController(Controller):
         make sure the ssh processes are gone."""
         for link in self.links:
             try:
-                link.channel.send({"t": "quit"})
+                link.channel.send({TYPE_KEY: MessageType.QUIT})
             except ChannelClosed:
                 pass
             link.channel.flush()
@@ -334,8 +336,8 @@ class SshController(Controller):
             self._ended(link)
 
     def _handle(self, link: HostLink, message: Message) -> None:
-        kind = message.get("t")
-        if kind == "call":
+        kind = message.get(TYPE_KEY)
+        if kind == MessageType.CALL:
             try:
                 value = serve_call(self.rdv, str(message.get("m")), message.get("a"),
                                    adapt_task=self._local_log)
@@ -343,15 +345,15 @@ class SshController(Controller):
                 os.write(link.log, f"mxbatch controller: bad call {message!r}: {exc}\n".encode())
                 value = None
             if "id" in message:
-                link.channel.send({"t": "ret", "id": message["id"], "v": value})
-        elif kind == "log":
+                link.channel.send({TYPE_KEY: MessageType.RET, "id": message["id"], "v": value})
+        elif kind == MessageType.LOG:
             self._append_log(Role(message["role"]), int(message["rank"]),
                              decode_bytes(message["d"]))
-        elif kind == "hello":
+        elif kind == MessageType.HELLO:
             link.hello = message
-        elif kind == "error":
+        elif kind == MessageType.ERROR:
             link.problem = str(message.get("message"))
-        elif kind == "bye":
+        elif kind == MessageType.BYE:
             link.bye = int(message.get("code", 1))
 
     def _local_log(self, record: Any) -> Any:

@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import yaml
 
 from ...quoting import quote
+from ...runtime import wire
 from ...runtime.layout import PLAN as PLAN_FILE
 from ...runtime.layout import RUNTIME as RUNTIME_FILE
 from ...runtime.planfile import RunPlan, TaskInfo
@@ -70,7 +71,7 @@ _NOT_INHERITED = frozenset((
     "CONTAINER_ID", "LOG_DIRS", "LOCAL_DIRS", "LOCAL_USER_DIRS", "JVM_PID", "CLASSPATH",
     "HADOOP_TOKEN_FILE_LOCATION", "HADOOP_USER_NAME", "PRELAUNCH_OUT", "PRELAUNCH_ERR",
     "LOCALIZATION_COUNTERS", "MALLOC_ARENA_MAX", "PORT"))
-_NOT_INHERITED_PREFIXES = ("DMLC_", "MXBATCH_", "SKEIN_", "NM_", "YARN_CONTAINER_RUNTIME_",
+_NOT_INHERITED_PREFIXES = (*wire.OWN_PREFIXES, "SKEIN_", "NM_", "YARN_CONTAINER_RUNTIME_",
                            "BASH_FUNC_")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: what YARN's Docker runtime reads from a container's launch environment
@@ -241,7 +242,7 @@ def application_spec(plan: JobPlan, options: YarnOptions,
     """The skein ``ApplicationSpec`` of ``plan`` as a dict (``ApplicationSpec.from_dict``);
     ``python_env``: the local path of the environment archive every container runs."""
     files = shipped_files(plan, options, python_env).as_skein()
-    service_env = {"MXBATCH_JOB_ID": plan.job_id}
+    service_env = {wire.JOB_ID: plan.job_id}
     if plan.spec.container is not None:
         service_env.update(docker_environment(plan.spec.container))
     services: Dict[str, Any] = {}

@@ -1,0 +1,66 @@
+"""Names that cross a process boundary, each spelled here once.
+
+The environment variables mxbatch sets for its own processes and for the roles
+(``MXBATCH_*``), the ones ps-lite reads (``DMLC_*``), and the message types of the ssh
+channel. Every other module, in the runtime and in the CLI, imports them from here;
+run-directory file names are ``layout.RunLayout``'s, task states ``states.TaskState``.
+Standard library only, like the whole runtime.
+"""
+
+import enum
+
+# ------------------------------------------------------------------ mxbatch's variables
+
+#: every process of a job carries it (the leftover scan and ``cancel`` find them by it)
+JOB_ID = "MXBATCH_JOB_ID"
+#: the task index, for launchers that start each task alone (no ``--task``)
+TASK = "MXBATCH_TASK"
+#: the role of the task ("scheduler", "server", "worker"), as the role sees it
+ROLE = "MXBATCH_ROLE"
+#: the task's rank within its role, as the role sees it
+RANK = "MXBATCH_RANK"
+
+#: the prefixes of mxbatch's and ps-lite's variables: never inherited from the submitter
+OWN_PREFIXES = ("DMLC_", "MXBATCH_")
+
+# ---------------------------------------------------------------- ps-lite's variables
+
+DMLC_ROLE = "DMLC_ROLE"
+DMLC_NUM_SERVER = "DMLC_NUM_SERVER"
+DMLC_NUM_WORKER = "DMLC_NUM_WORKER"
+DMLC_PS_ROOT_URI = "DMLC_PS_ROOT_URI"
+DMLC_PS_ROOT_PORT = "DMLC_PS_ROOT_PORT"
+DMLC_NODE_HOST = "DMLC_NODE_HOST"
+DMLC_INTERFACE = "DMLC_INTERFACE"
+DMLC_PS_VAN_TYPE = "DMLC_PS_VAN_TYPE"
+DMLC_PS_WATER_MARK = "DMLC_PS_WATER_MARK"
+
+#: known only when the role starts (the scheduler's address), so set by its supervisor
+RENDEZVOUS_VARIABLES = (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NODE_HOST)
+
+
+def rendezvous_environment(ip: str, port: int, node_host: str) -> dict:
+    """The variables a role needs to find the scheduler and advertise itself."""
+    return {DMLC_PS_ROOT_URI: ip, DMLC_PS_ROOT_PORT: str(port), DMLC_NODE_HOST: node_host}
+
+
+# ------------------------------------------------------------- the ssh channel's messages
+
+
+class MessageType(str, enum.Enum):
+    """The ``t`` (``TYPE_KEY``) of a JSON-line message between the controller on the
+    submit host and a host's agent (``remote.py``, ``channelrdv.py``, ``sshcontrol.py``)."""
+
+    SETUP = "setup"  # controller -> agent: the plan, environment, tasks of the host
+    HELLO = "hello"  # agent -> controller: ready (Python version, host name, pid)
+    ERROR = "error"  # agent -> controller: cannot run here (the reason)
+    START = "start"  # controller -> agent: every host said hello, start the tasks
+    QUIT = "quit"  # controller -> agent: another host failed, start nothing
+    CALL = "call"  # agent -> controller: a rendezvous call
+    RET = "ret"  # controller -> agent: a call's answer
+    LOG = "log"  # agent -> controller: a task's output
+    BYE = "bye"  # agent -> controller: the agent's exit status, its last message
+
+
+#: the key of a message's type
+TYPE_KEY = "t"
