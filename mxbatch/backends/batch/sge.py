@@ -42,9 +42,11 @@ from .common import (
     BatchBackend,
     BatchRequest,
     Directive,
+    Inside,
     NativeView,
     RoleGroup,
     Unrepresentable,
+    inside_help,
     job_name,
     native_directives,
     parse_task_ranges,
@@ -109,6 +111,8 @@ class SgeOptions:
         "per slot, so a role asks for gpus/cpus per slot, which must divide) or job "
         "(consumable JOB: once per job)")
     native: Tuple[str, ...] = option((), "more qsub options, passed last and unchanged")
+    inside: Inside = option(Inside.AUTO, inside_help(
+        "SGE parallel-environment job (PE_HOSTFILE), one qrsh -inherit agent a host,"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +186,8 @@ class SgeBackend(BatchBackend[SgeHandle]):
                       "`qconf -spl`")
     job_id_pattern = QSUB_JOB_ID
     daemon_probe = ("qstat", "-g", "c")
+    inside_backend = "sge-pe"
+    allocation_variable = "PE_HOSTFILE"
 
     # ------------------------------------------------------------------ checks
     def submitter(self) -> Submitter:
