@@ -102,7 +102,7 @@ class Profile:
 
 
 def occupy_on_test_hosts(port: int) -> Callable[[], None]:
-    """Listen on ``port`` in every namespace test host (the Slurm nodes)."""
+    """Listen on ``port`` in every namespace test host (the Slurm nodes, SGE's execds)."""
     import os
     import subprocess
 
@@ -173,10 +173,11 @@ def _yarn_finished_at(cli, job: str) -> Optional[float]:
 
 PROFILES: Dict[str, Profile] = {
     "local": Profile("local", starved_options="slots: 3", occupy=occupy_here),
-    # tiny.q: 2 slots, only for jobs asking -l small; 2 of the 4 tasks never start
+    # tiny.q: 2 slots, only for jobs asking -l small; 2 of the 4 tasks never start; the
+    # execds run in the namespace test hosts, so the port is taken there
     "sge": Profile("sge", cluster="sge", options="submitter: qsub",
                    starved_options="submitter: qsub, native: [-l, small]",
-                   queued=_sge_queued, occupy=occupy_here),
+                   queued=_sge_queued, occupy=occupy_on_test_hosts),
     # partition tiny: one node with 1 CPU; 3 of the 4 tasks never start
     "slurm": Profile("slurm", cluster="slurm", starved_options="partition: tiny",
                      queued=_slurm_queued, occupy=occupy_on_test_hosts),
