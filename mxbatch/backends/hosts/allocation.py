@@ -78,8 +78,9 @@ class AllocationBackend(ControlledBackend[OptionsT, AllocationRequest]):
     starter: ClassVar[StarterKind]
     #: the commands the starter needs here
     tools: ClassVar[tuple] = ()
-    #: where to run mxbatch to be inside such an allocation (for the error)
+    #: where to run mxbatch to be inside such an allocation; how to get more slots
     where_hint: ClassVar[str] = ""
+    more_hint: ClassVar[str] = "ask for a larger allocation, or run fewer tasks"
 
     # ------------------------------------------------------------------ subclasses
     @abc.abstractmethod
@@ -109,7 +110,8 @@ class AllocationBackend(ControlledBackend[OptionsT, AllocationRequest]):
         try:
             found.deal(len(plan.run.tasks))
         except ValueError as exc:
-            raise SpecError(f"{found.source}: {exc}; nothing was started") from None
+            raise SpecError(f"{found.source}: {exc} granted ({self.more_hint}); nothing was "
+                            "started") from None
         return found
 
     def check(self, plan: JobPlan) -> None:
@@ -207,6 +209,7 @@ class SgePeBackend(AllocationBackend[SgeOptions]):
     starter = StarterKind.QRSH
     tools = ("qrsh",)
     where_hint = "a job submitted with qsub -pe PE N (a PE with control_slaves TRUE)"
+    more_hint = "submit with more slots, qsub -pe PE N, or run fewer tasks"
 
     def allocation_id(self, environ: Mapping[str, str]) -> str:
         return environ.get(placements.SGE_JOB_ID, "")

@@ -95,8 +95,7 @@ def place(hosts: Sequence[Host], tasks: int) -> List[int]:
     ValueError when the hosts' slots do not add up to ``tasks``."""
     capacity = sum(h.slots for h in hosts) if all(h.slots for h in hosts) else None
     if capacity is not None and capacity < tasks:
-        raise ValueError(f"the job has {tasks} tasks but the hosts offer {capacity} slots "
-                         "(raise slots=, add hosts, or remove slots= to allow any number)")
+        raise ValueError(f"the job has {tasks} tasks but the hosts offer {capacity} slots")
     used = [0] * len(hosts)
     placement = []
     turn = 0

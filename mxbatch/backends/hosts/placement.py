@@ -215,7 +215,9 @@ def job_hosts(plan: JobPlan, backend: str, entries: Tuple[str, ...],
         try:
             found.deal(tasks)
         except ValueError as exc:
-            raise SpecError(f"{found.source}: {exc}") from None
+            raise SpecError(f"{found.source}: {exc} (one a line of the node file): ask the "
+                            "batch system for more, or run fewer tasks; nothing was "
+                            "started") from None
         return found
     if path:
         full = hostfile.spec_dir(plan) / Path(path).expanduser()
@@ -231,7 +233,9 @@ def job_hosts(plan: JobPlan, backend: str, entries: Tuple[str, ...],
     try:
         found.deal(tasks)
     except ValueError as exc:
-        raise plan.spec.error(key + ("hostfile" if path else "hosts",), str(exc)) from None
+        raise plan.spec.error(key + ("hostfile" if path else "hosts",), str(exc),
+                              "raise slots=, add hosts, or remove slots= to allow any "
+                              "number") from None
     return found
 
 

@@ -13,9 +13,11 @@ and stdout onto the host (``HostPlan.argv``):
   the user's own steps may run beside them), ``--unbuffered`` (the channel's lines go
   through at once), ``/bin/sh -c REMOTE``. A step ends with its srun: Slurm kills it
   when srun dies, and the agent stops its roles when its channel ends;
-- ``qrsh``: ``qrsh -inherit HOST /bin/sh -c REMOTE`` inside an SGE parallel-environment
-  job (tight integration: SGE starts, accounts for and, on ``qdel``, kills the agent and
-  its roles; the PE needs ``control_slaves TRUE``).
+- ``qrsh``: ``qrsh -inherit HOST REMOTE`` inside an SGE parallel-environment job (tight
+  integration: SGE starts, accounts for and, on ``qdel``, kills the agent and its roles;
+  the PE needs ``control_slaves TRUE``). Like ssh, qrsh joins its arguments with blanks
+  and the host's shell runs them (measured on SGE 8.1.9: ``qrsh -inherit H /bin/sh -c
+  'a; b'`` runs ``/bin/sh -c a; b``), so REMOTE is one argument, quoted for that shell.
 
 ``REMOTE`` is the same everywhere: ``exec env MXBATCH_JOB_ID=<job> PYTHON -c BOOTSTRAP``.
 """
@@ -66,8 +68,8 @@ def srun_argv(srun: str, allocation: str, node: str, job_id: str,
 
 def qrsh_argv(qrsh: str, host: str) -> List[str]:
     """The task of the SGE parallel job that runs the agent of ``host`` (up to the
-    remote command, which ``/bin/sh -c`` runs)."""
-    return [qrsh, "-inherit", host, "/bin/sh", "-c"]
+    remote command, which the host's shell runs)."""
+    return [qrsh, "-inherit", host]
 
 
 def describe_start_failure(kind: StarterKind, code: Optional[int], stderr: str,
