@@ -220,6 +220,13 @@ class Inside(str, enum.Enum):
     TRUE = "true"    # inside; no allocation here is an error (exit 2)
     FALSE = "false"  # always submit new jobs
 
+    @classmethod
+    def _missing_(cls, value: object) -> "Optional[Inside]":
+        """YAML's ``true``/``false`` are booleans."""
+        if isinstance(value, bool):
+            return cls.TRUE if value else cls.FALSE
+        return None
+
 
 def inside_help(what: str) -> str:
     """The help of a batch backend's ``inside`` option (``what``: the allocation)."""
