@@ -56,6 +56,8 @@ echo "FLOOR=$(echo "$(date +%s.%N) - $t0" | bc)"
 
 def parse(text: str) -> Dict[str, Optional[float]]:
     said = dict(re.findall(r"^([A-Z]+)=([\d.]+)$", text, re.MULTILINE))
+    if said.get("RC") != "0":
+        sys.stderr.write("a launch inside the allocation failed:\n" + text[-3000:] + "\n")
     firsts = [float(x) for x in re.findall(r"first step at ([\d.]+)s", text)]
     return {"floor": float(said["FLOOR"]) if "FLOOR" in said else None,
             "wall": float(said["WALL"]) if "WALL" in said else None,
