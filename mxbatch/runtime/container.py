@@ -53,6 +53,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .files import atomic_write
 from .layout import RunLayout
 from .wire import JOB_ID
 
@@ -253,13 +254,7 @@ def env_file_text(runtime: ContainerRuntime, env: Mapping[str, str]) -> Tuple[st
 def write_private(path: str, text: str) -> None:
     """Write ``text`` to ``path`` with mode 0600 (through a temporary file and rename)."""
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
+    atomic_write(path, text.encode(), 0o600)
 
 
 def remove_argv(runtime: ContainerRuntime, names: Sequence[str],

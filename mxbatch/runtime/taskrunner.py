@@ -244,8 +244,9 @@ class TaskRunner:
             # docker and podman pass SIGTERM on to the container; SIGKILL would orphan it
             if self.container.daemon:
                 deathsig = signal.SIGTERM
-        self.say("starting on %s with DMLC_NODE_HOST=%s: %s"
-                 % (self.record.host, rendezvous_env.get(wire.DMLC_NODE_HOST), " ".join(argv)))
+        self.say("starting on %s with %s=%s: %s"
+                 % (self.record.host, wire.DMLC_NODE_HOST,
+                    rendezvous_env.get(wire.DMLC_NODE_HOST), " ".join(argv)))
         read_end, write_end = os.pipe()
         try:
             self.proc = subprocess.Popen(
