@@ -55,7 +55,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .files import atomic_write
 from .layout import RunLayout
-from .wire import JOB_ID
+from .wire import JOB_ID, RENDEZVOUS_VARIABLES
 
 
 class ContainerRuntime(str, enum.Enum):
@@ -75,7 +75,6 @@ class GpuMode(str, enum.Enum):
 
 
 #: the variables a role gets when it starts, passed by name from the client's environment
-from .wire import RENDEZVOUS_VARIABLES  # noqa: E402 (named here before wire.py)
 
 #: inherited variables that describe the host, not the job: the image has its own
 HOST_ONLY = ("PATH", "HOME", "HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_", "SHELL", "MAIL",
@@ -299,6 +298,15 @@ def _reap(proc: subprocess.Popen, timeout: float) -> Optional[int]:
             proc.stdout.close()
 
 
+class Moment(enum.Enum):
+    """When the supervisor asks whether a role's container must be removed by name."""
+
+    RESTART = "restart"  # the role starts again, and the container's name is needed
+    ESCALATED = "escalated"  # SIGKILL of the client after the grace period
+    AGENT_ENDING = "agent ending"  # the supervisor kills what is left and exits
+    FINISHED = "finished"  # the client has ended
+
+
 class RoleContainer:
     """The container of one task while it runs: start, main process, removal.
 
@@ -396,6 +404,26 @@ class RoleContainer:
             pass
 
     # ------------------------------------------------------------------ removal
+    def removal_reason(self, moment: Moment, client_code: Optional[int], killed: bool,
+                       stopping: bool) -> Optional[str]:
+        """The one removal policy: why the container must be removed by name at
+        ``moment`` (for the task log; "" = remove without a word), or None to leave it to
+        the runtime's ``--rm``. ``client_code``: the client's exit code (None: running);
+        ``killed``: the client was SIGKILLed; ``stopping``: the supervisor stopped it."""
+        if moment is Moment.ESCALATED:
+            return "removing container %s" % self.name
+        if moment is Moment.AGENT_ENDING and client_code is None:
+            return ""
+        if self.needs_removal(client_code, killed):
+            return ("" if killed or moment is not Moment.FINISHED
+                    else "removing container %s (its client did not end by itself)" % self.name)
+        if moment is Moment.FINISHED and stopping:
+            # stopped by us: the client ended on SIGTERM, but its --rm is the runtime's
+            # own clean-up after the container's exit, which podman runs in a process of
+            # its own that may come seconds late or not at all on a loaded host
+            return ""
+        return None
+
     def needs_removal(self, client_code: Optional[int], killed: bool) -> bool:
         """Whether the container may outlive its client: the client was killed (a
         signal, SIGKILL after the grace period) or the runtime failed to run it."""
