@@ -5,7 +5,6 @@ files, an in-allocation backend outside an allocation (exit 2, nothing created).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from mxbatch.backends.hosts import placement
 from mxbatch.backends.hosts.hostfile import Host
 from mxbatch.errors import SpecError
 
-from .conftest import FAKEROLE
+from .conftest import FAKEROLE, cluster_environment
 
 
 def test_a_pbs_node_file_gives_a_slot_a_line_in_order_of_first_appearance(tmp_path):
@@ -80,8 +79,10 @@ def test_slurm_cpu_counts():
         placement.expand_repeats("4(y2)", "X")
 
 
-@pytest.mark.skipif(shutil.which("scontrol") is None, reason="no Slurm client here")
-def test_a_slurm_allocation_fills_its_nodes_by_cpus_or_deals_evenly():
+@pytest.mark.slurm
+def test_a_slurm_allocation_fills_its_nodes_by_cpus_or_deals_evenly(monkeypatch):
+    # scontrol show hostnames asks no daemon, but wants a configuration to read
+    monkeypatch.setenv("SLURM_CONF", cluster_environment("slurm")["SLURM_CONF"])
     env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-2],gpu7",
            "SLURM_JOB_CPUS_PER_NODE": "2(x2),4"}
     found = placement.slurm_allocation(env, tasks=5)
