@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mxbatch.backends.local import LocalOptions
+from mxbatch.backends.registry import options_for
 from mxbatch.errors import SpecError
 from mxbatch.runtime.roles import Role
 from mxbatch.spec import parse as specs
@@ -55,7 +56,7 @@ def test_good_spec_parses_with_defaults_and_overrides(tmp_path):
     assert spec.rendezvous.dir == (tmp_path / "runs").resolve()
     assert spec.rendezvous.startup_timeout_s == 20
     assert spec.workdir == tmp_path.resolve()
-    assert spec.backend_options == {"local": LocalOptions(slots=3)}
+    assert options_for(spec, "local") == LocalOptions(slots=3)
 
 
 def test_minimal_spec_defaults(tmp_path, home):

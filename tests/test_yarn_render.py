@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from mxbatch.backends.registry import options_for
 from mxbatch.backends.status import NativeState
 from mxbatch.backends.yarn import appspec as yarn_spec
 from mxbatch.backends.yarn import pyenv
@@ -190,8 +191,8 @@ def test_containers_see_paths_relative_to_their_directory(tmp_path):
     assert (shipped.run_dir, shipped.workdir) == (".", "workdir")
     in_place = yarn_spec.container_plan(plan.run, ship_workdir=False)
     assert in_place.workdir == str(tmp_path)
-    options = specs.parse(SPEC.replace("tags: [Team-A]", "ship_workdir: false"),
-                          tmp_path / "golden.yaml").backend_options["yarn"]
+    options = options_for(specs.parse(SPEC.replace("tags: [Team-A]", "ship_workdir: false"),
+                                      tmp_path / "golden.yaml"), "yarn")
     assert "workdir" not in yarn_spec.application_spec(plan, options)["services"]["worker"][
         "files"]
 

@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 
 from ..backends import containers, records, rundir
 from ..backends.base import Backend, Request
-from ..backends.registry import backend_class
+from ..backends.registry import backend_class, options_for
 from ..spec import plan as planning
 from ..spec.parse import with_counts
 from ..spec.schema import JobSpec
@@ -21,7 +21,7 @@ def backend_for_spec(spec: JobSpec, name: str) -> Backend:
     """The backend ``name`` configured from the spec's ``backends.<name>`` block
     (its defaults when the spec has none), or its variant for this process's
     environment (``Backend.variant``: inside a Slurm allocation or an SGE parallel job)."""
-    return backend_class(name)(spec.backend_options.get(name)).variant(os.environ)
+    return backend_class(name)(options_for(spec, name)).variant(os.environ)
 
 
 def backend_for_record(record: records.JobRecord) -> Backend:

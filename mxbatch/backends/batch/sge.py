@@ -36,6 +36,7 @@ from ...spec.typed import option
 from ...spec.units import format_duration
 from ..base import Handle, Rollback
 from ..status import NativeState
+from ..hosts import placement
 from . import drmaa as drmaa_glue
 from .common import (
     RUN_DIR_SOURCE,
@@ -187,7 +188,7 @@ class SgeBackend(BatchBackend[SgeHandle]):
     job_id_pattern = QSUB_JOB_ID
     daemon_probe = ("qstat", "-g", "c")
     inside_backend = "sge-pe"
-    allocation_variable = "PE_HOSTFILE"
+    allocation_variable = placement.PE_HOSTFILE
 
     # ------------------------------------------------------------------ checks
     def submitter(self) -> Submitter:

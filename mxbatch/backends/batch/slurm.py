@@ -34,6 +34,7 @@ from ...spec.typed import option
 from ...spec.units import format_duration
 from ..base import Handle, Rollback
 from ..status import NativeState
+from ..hosts import placement
 from . import drmaa as drmaa_glue
 from .common import (
     RUN_DIR_SOURCE,
@@ -207,7 +208,7 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
     daemon_probe = ("scontrol", "ping")
     drmaa_extra_args = ("--array-base", "1")  # slurm-drmaa numbers array tasks from 1
     inside_backend = "slurm-steps"
-    allocation_variable = "SLURM_JOB_ID"
+    allocation_variable = placement.SLURM_JOB_ID
 
     # ------------------------------------------------------------------ checks
     def submitter(self) -> Submitter:
@@ -351,7 +352,7 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
         for offset, group in enumerate(role_groups(plan.run)):
             options = [f"--het-group={offset}", f"--cpus-per-task={group.first.cpus}"]
             options += [t for d in self.gpu_directives(group.first.gpus) for t in d.argv()]
-            argv = runtime_argv(plan, group.role)[:-2] + ["--task-from", "SLURM_PROCID"]
+            argv = runtime_argv(plan, task_from="SLURM_PROCID")
             parts.append(shell_words(options + argv))
         return "srun --kill-on-bad-exit=0 " + " : ".join(parts)
 
