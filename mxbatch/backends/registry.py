@@ -36,6 +36,7 @@ _BUILTIN: Dict[str, str] = {
 _VARIANTS: Dict[str, str] = {
     "slurm-steps": "mxbatch.backends.hosts.allocation:SlurmStepsBackend",
     "sge-pe": "mxbatch.backends.hosts.allocation:SgePeBackend",
+    "sge-gang": "mxbatch.backends.batch.sgegang:SgeGangBackend",
 }
 
 

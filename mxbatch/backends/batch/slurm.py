@@ -33,8 +33,8 @@ from ...spec.plan import JobPlan
 from ...spec.typed import option
 from ...spec.units import format_duration
 from ..base import Handle, Rollback
-from ..status import NativeState
 from ..hosts import placement
+from ..status import NativeState
 from . import drmaa as drmaa_glue
 from .common import (
     RUN_DIR_SOURCE,

@@ -26,7 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Any, ClassVar, Dict, List, Mapping, TypeVar
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, TypeVar
 
 from ...errors import BackendUnavailable, SpecError
 from ...runtime.layout import RunLayout
@@ -63,6 +63,22 @@ class AllocationRequest(SshRequest):
     def native_items(self) -> List[RenderedItem]:
         return [RenderedItem("allocation", f"{self.allocation}: nothing is submitted; every "
                                            "agent runs inside it")] + super().native_items()
+
+
+def host_setup(run: RunPlan, found: placements.Placement, starter: StarterKind,
+               start_argv: Callable[[str], List[str]]) -> SshSetup:
+    """The controller's configuration for ``run`` placed by ``found``: each host used, its
+    tasks, and the ``starter`` command (``start_argv(host)``) that runs its agent."""
+    dealt = found.deal(len(run.tasks))
+    python = run.python or sys.executable
+    remote = remote_command(run.job_id, python)
+    hosts = []
+    for index, host in enumerate(found.hosts):
+        tasks = tuple(t for t, h in enumerate(dealt) if h == index)
+        if tasks:
+            hosts.append(HostPlan(host=host.name, tasks=tasks, ssh=tuple(start_argv(host.name)),
+                                  remote=remote, starter=starter))
+    return SshSetup(hosts=tuple(hosts), python=python, connect_timeout_s=30.0)
 
 
 class AllocationBackend(ControlledBackend[OptionsT, AllocationRequest]):
@@ -126,18 +142,8 @@ class AllocationBackend(ControlledBackend[OptionsT, AllocationRequest]):
     # ------------------------------------------------------------------ rendering
     def render(self, plan: JobPlan) -> AllocationRequest:
         found = self._placement(plan)
-        dealt = found.deal(len(plan.run.tasks))
-        python = plan.run.python or sys.executable
-        remote = remote_command(plan.job_id, python)
-        hosts = []
-        for index, host in enumerate(found.hosts):
-            tasks = tuple(t for t, h in enumerate(dealt) if h == index)
-            if tasks:
-                hosts.append(HostPlan(host=host.name, tasks=tasks,
-                                      ssh=tuple(self.start_argv(host.name, plan.job_id,
-                                                                os.environ)),
-                                      remote=remote, starter=self.starter))
-        setup = SshSetup(hosts=tuple(hosts), python=python, connect_timeout_s=30.0)
+        setup = host_setup(plan.run, found, self.starter,
+                           lambda host: self.start_argv(host, plan.job_id, os.environ))
         allocation = f"{self.system} {self.allocation_id(os.environ)}"
         return AllocationRequest(plan=plan, setup=setup, hosts_from=found.source,
                                  allocation=allocation, controller_backend=self.name)
