@@ -28,8 +28,10 @@
 #                         add -w n)
 #   PE     smp            allocation_rule $pe_slots, in both queues (qsub -pe smp N)
 #   PE     mpi            allocation_rule $round_robin, control_slaves TRUE,
-#                         job_is_first_task FALSE, in all.q: parallel jobs across hosts
-#                         whose master starts the tasks with qrsh -inherit
+#                         job_is_first_task FALSE, in both queues: parallel jobs across
+#                         hosts whose master starts the tasks with qrsh -inherit (in the
+#                         small queue, `-l small -pe mpi 3 -w n` pends forever: a gang
+#                         job that cannot start)
 #   complexes gpu (consumable YES: per slot) and gpuj (consumable JOB), 4 of each on
 #                         each host: GPU bookkeeping without devices
 #   root may submit (min_uid/min_gid 0); no load thresholds; the scheduler runs
@@ -493,7 +495,7 @@ configure_queues() {
     tmp=$(tmpdirs)
     configure_queue "$MAIN_QUEUE" "$SLOTS" "${EXEC_HOSTS[*]}" "smp $GANG_PE" "tmpdir=$tmp"
     if [[ -n $SMALL_QUEUE ]]; then
-        configure_queue "$SMALL_QUEUE" "$SMALL_SLOTS" "$SMALL_HOST" smp complex_values=small=TRUE \
+        configure_queue "$SMALL_QUEUE" "$SMALL_SLOTS" "$SMALL_HOST" "smp $GANG_PE" complex_values=small=TRUE \
             "tmpdir=$tmp"
     fi
     # clear an error state a previous run may have left, re-enable if disabled
