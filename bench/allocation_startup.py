@@ -9,7 +9,8 @@ out):
     launch's wall time
 and outside any allocation ``mxbatch submit --wait --backend slurm`` of the same job
 (one array a role), submit -> the slower worker's first step. The same for SGE with
-``--sge``: inside ``qsub -pe mpi 5`` (from the job script's start) against the arrays.
+``--sge``: inside ``qsub -pe mpi 5`` (from the job script's start) against the arrays,
+and ``gang: true`` (one parallel job whose master starts the tasks with qrsh -inherit).
 
 Needs the clusters up (ci/clusters/slurm-up.sh, sge-up.sh) and their env files.
 
@@ -106,6 +107,15 @@ def main() -> None:
                      fmt([r["first"] for r in runs]), fmt([r["wall"] for r in runs])])
         rows.append([f"{backend}: arrays (submit --wait)", "",
                      fmt([a["first_step"] for a in arrays]), fmt([a["wall"] for a in arrays])])
+        if backend == "sge":
+            with tempfile.TemporaryDirectory(prefix="mxbatch-bench-") as scratch:
+                tmp = Path(scratch)
+                env = dict(cluster_env(backend), MXBATCH_HOME=str(tmp / "home"))
+                gangs = [timed_submit(env, backend, spec(tmp, backend, "gang: true"))
+                         for _ in range(args.repeat)]
+            rows.append(["sge: gang (submit --wait, gang: true)", "",
+                         fmt([g["first_step"] for g in gangs]),
+                         fmt([g["wall"] for g in gangs])])
     print(f"(median (min-max) of {args.repeat}; {time.strftime('%Y-%m-%d %H:%M')})")
     print_table(rows)
 
