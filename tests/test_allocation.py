@@ -75,8 +75,13 @@ def fields(text: str) -> Dict[str, str]:
 
 
 #: the script's report on the allocation after the job: its state, and the job's steps
+#: still there after up to 30 s (a step whose srun was killed takes Slurm ~2 s to end)
 AFTER = ('echo "ALLOCATION=$(squeue -h -j "$SLURM_JOB_ID" -o %T)"\n'
-         'echo "STEPS=$(squeue -h -s -j "$SLURM_JOB_ID" -o %j | grep -c mxbatch- || true)"\n')
+         'for i in $(seq 1 150); do\n'
+         '    n=$(squeue -h -s -j "$SLURM_JOB_ID" -o %j | grep -c mxbatch- || true)\n'
+         '    [ "$n" = 0 ] && break; sleep 0.2\n'
+         'done\n'
+         'echo "STEPS=$n"\n')
 
 
 @pytest.mark.slurm
@@ -176,6 +181,34 @@ echo "CANCEL_RC=$?"
     assert said["ALLOCATION"] == "RUNNING" and said["STEPS"] == "0"
     assert slurm.status(cancelled)["state"] == "CANCELLED"
     assert_no_processes(cancelled)
+
+
+@pytest.mark.slurm
+def test_a_step_killed_fails_the_job_naming_its_node(slurm, tmp_path):
+    """SIGKILL of the srun that holds one node's step: the job fails naming that node,
+    the other nodes' roles stop, and the allocation runs on without a step of the job."""
+    (tmp_path / "out").mkdir()
+    body = script(tmp_path, "in-salloc.sh", f"""cd {tmp_path}
+job=$(FAKE_OUT={tmp_path}/out FAKE_TICK=0.5 FAKE_SLEEP=600 {MXBATCH} launch --backend slurm \
+    --name alloc-kill --detach -n 2 -s 1 --grace 2s -- python3 {FAKEROLE} 2> detach.err)
+for i in $(seq 1 600); do
+    [ "$(ls {tmp_path}/out | wc -l)" -ge 2 ] && break   # both workers run
+    sleep 0.2
+done
+pkill -KILL -f -- "--nodelist=mxbh2 --job-name=mxbatch-$job "
+{MXBATCH} wait "$job" --timeout 120 2> wait.err
+echo "WAIT_RC=$?"
+echo "JOB=$job"
+{AFTER}""")
+    result = salloc(slurm, body)
+    assert result.returncode == 0, result.stderr
+    said = fields(result.stdout)
+    wait_err = (tmp_path / "wait.err").read_text()
+    assert said["WAIT_RC"] == "1", wait_err
+    assert "host mxbh2: the srun step to its agent was lost (srun exited with -9" in wait_err
+    assert said["ALLOCATION"] == "RUNNING" and said["STEPS"] == "0"
+    assert slurm.status(said["JOB"])["state"] == "FAILED"
+    assert_no_processes(said["JOB"])
 
 
 # ----------------------------------------------------------------------------- SGE
