@@ -63,6 +63,23 @@ def test_a_gang_job_without_its_slots_stays_queued_and_the_deadline_names_it(sge
 
 
 @pytest.mark.sge
+def test_cancel_a_running_gang_job(sge, tmp_path):
+    """The abort reaches the master's controller, which stops every host's agent; then
+    qdel: the job leaves the queue and nothing of it is left on any host."""
+    spec = fake_spec(tmp_path, "sge", "gang: true", name="sge-gang-cancel",
+                     env={"FAKE_SLEEP": "600"})
+    job = sge.submit(spec, "--backend", "sge")
+    run_dir = run_dir_of(sge, job)
+    wait_for(lambda: sum(r.get("state") == "RUNNING" for r in records(run_dir).values()) == 4,
+             180, "every task running")
+    result = sge.run("cancel", job)
+    assert result.returncode == 0, result.stderr
+    assert sge.status(job)["state"] == "CANCELLED"
+    assert not sge_queued(sge, job)
+    assert_no_processes(job)
+
+
+@pytest.mark.sge
 def test_a_gang_job_that_can_never_fit_is_rejected(sge, tmp_path):
     spec = fake_spec(tmp_path, "sge", "gang: true, native: [-l, small]",
                      name="sge-gang-never")
