@@ -31,10 +31,12 @@ from typing import Dict, List, Optional
 from batch_startup import spec
 from common import EXAMPLES, cluster_env, fmt, print_table, timed_submit
 
-#: the end of each script: times the launch; prints RC= and WALL= (and the roles' lines)
+#: the end of each script: times the launch; prints RC= and WALL= and the roles' lines
+#: (not the status lines: on stderr, they would cut the roles' lines where SGE's -j y
+#: joins both into one file)
 LAUNCH = """t0=$(date +%s.%N)
 EPOCHS=1 LAUNCH_T0=$t0 {python} -m mxbatch launch --backend {backend} -n 2 -s 2 --grace 5s \\
-    -- python3 train_mlp.py --kvstore dist_sync
+    -- python3 train_mlp.py --kvstore dist_sync 2>/dev/null
 echo "RC=$?"
 echo "WALL=$(echo "$(date +%s.%N) - $t0" | bc)"
 """
