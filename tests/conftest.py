@@ -238,3 +238,15 @@ def interrupt(proc: subprocess.Popen, timeout: float, what: str = "mxbatch") -> 
     except subprocess.TimeoutExpired:
         proc.kill()
         pytest.fail(f"{what} still running {timeout:g} s after SIGINT:\n{proc.communicate()}")
+
+
+@pytest.fixture
+def sge(home) -> "Cli":
+    """The CLI with the SGE test cell's environment (ci/clusters/sge-up.sh)."""
+    return Cli(home, cluster_environment("sge"))
+
+
+@pytest.fixture
+def slurm(home) -> "Cli":
+    """The CLI with the Slurm test cluster's environment (ci/clusters/slurm-up.sh)."""
+    return Cli(home, cluster_environment("slurm"))
