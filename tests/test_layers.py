@@ -135,7 +135,8 @@ def string_constants(path: Path) -> Iterator[str]:
 
 
 #: a string that is a variable's name, or assigns one (prose that mentions a name is fine)
-WIRE_NAME = re.compile(r"^((?:MXBATCH|DMLC)_[A-Z][A-Z0-9_]*)$|\b((?:MXBATCH|DMLC)_[A-Z][A-Z0-9_]*)=")
+NAME = r"(?:MXBATCH|DMLC)_[A-Z][A-Z0-9_]*"
+WIRE_NAME = re.compile(rf"^({NAME})$|\b({NAME})=")
 
 
 def test_each_wire_name_is_a_literal_in_one_module():

@@ -243,9 +243,11 @@ documents = st.recursive(
 def test_random_documents_raise_only_spec_error(tmp_path, home, document):
     text = yaml.safe_dump(document)
     try:
-        specs.parse(text, tmp_path / "random.yaml")
-    except SpecError:
-        pass
+        spec = specs.parse(text, tmp_path / "random.yaml")
+    except SpecError as exc:  # names the file, and says something
+        assert exc.path == tmp_path / "random.yaml" and str(exc).strip()
+    else:  # a valid job: it has a name and a command for every role
+        assert spec.name and all(spec.role(role).command for role in Role)
 
 
 @settings(max_examples=200, deadline=None,
@@ -253,9 +255,11 @@ def test_random_documents_raise_only_spec_error(tmp_path, home, document):
 @given(st.text(max_size=200))
 def test_random_text_raises_only_spec_error(tmp_path, home, text):
     try:
-        specs.parse(text, tmp_path / "random.yaml")
+        spec = specs.parse(text, tmp_path / "random.yaml")
     except SpecError as exc:
         assert re.match(r".*random\.yaml", str(exc))
+    else:
+        assert spec.name and all(spec.role(role).command for role in Role)
 
 
 def test_example_spec_is_valid(home):
