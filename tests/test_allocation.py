@@ -7,7 +7,6 @@ crash or a cancel, that the allocation is intact with nothing of the job left in
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -21,7 +20,6 @@ from .conftest import (
     FAKEROLE,
     Cli,
     assert_no_processes,
-    cluster_environment,
     copy_example,
 )
 from .hostjobs import records
@@ -30,14 +28,10 @@ from .test_mxnet_local import assert_trained
 MXBATCH = f"{sys.executable} -m mxbatch"
 
 
-def run_dir(cli: Cli, job: str) -> Path:
-    return Path(json.loads((cli.home / "jobs" / f"{job}.json").read_text())["run_dir"])
-
-
 def task_hosts(cli: Cli, job: str) -> Dict[str, str]:
     """Each task's host (``worker-1`` -> ``mxbh2``), from its record."""
     return {name: record.get("host", "") for name, record in
-            records(run_dir(cli, job)).items()}
+            records(cli.run_dir(job)).items()}
 
 
 def job_of(output: str) -> str:
@@ -55,11 +49,6 @@ def script(tmp_path: Path, name: str, body: str, directives: str = "") -> Path:
 
 
 # --------------------------------------------------------------------------- Slurm
-
-
-@pytest.fixture
-def slurm(home) -> Cli:
-    return Cli(home, cluster_environment("slurm"))
 
 
 def salloc(cli: Cli, body: Path, nodes: int = 3, timeout: float = 600
@@ -212,11 +201,6 @@ echo "JOB=$job"
 
 
 # ----------------------------------------------------------------------------- SGE
-
-
-@pytest.fixture
-def sge(home) -> Cli:
-    return Cli(home, cluster_environment("sge"))
 
 
 def qsub_pe(cli: Cli, tmp_path: Path, body: str, slots: int, timeout: float = 600

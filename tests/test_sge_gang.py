@@ -10,15 +10,10 @@ import re
 
 import pytest
 
-from .clusterjobs import example_spec, fake_spec, run_dir_of, sge_queued, wait_queue_empty
-from .conftest import Cli, assert_no_processes, cluster_environment, wait_for
+from .clusterjobs import example_spec, fake_spec, sge_queued, wait_queue_empty
+from .conftest import assert_no_processes, wait_for
 from .hostjobs import records
 from .test_mxnet_local import assert_trained
-
-
-@pytest.fixture
-def sge(home) -> Cli:
-    return Cli(home, cluster_environment("sge"))
 
 
 @pytest.mark.sge
@@ -30,9 +25,9 @@ def test_the_example_job_trains_as_one_gang_job(sge, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert_trained(result.stdout)
     job = result.stdout.split()[0]
-    script = (run_dir_of(sge, job) / "jobs" / "gang.sh").read_text()
+    script = (sge.run_dir(job) / "jobs" / "gang.sh").read_text()
     assert "#$ -pe mpi 5\n" in script and "-m mxbatch.backends.hosts.gang" in script
-    hosts = {r["host"] for r in records(run_dir_of(sge, job)).values()}
+    hosts = {r["host"] for r in records(sge.run_dir(job)).values()}
     assert len(hosts) >= 2, hosts  # round robin over the test hosts
     wait_queue_empty(lambda: sge_queued(sge, job), job, 30)
     assert_no_processes(job)
@@ -57,7 +52,7 @@ def test_a_gang_job_without_its_slots_stays_queued_and_the_deadline_names_it(sge
                      r"scheduler\[0\], server\[0\], worker\[0\], worker\[1\] \(still queued: "
                      + number + r" \(gang, 4 slots in PE mpi\)\)", err), err
     assert all(r["state"] != "RUNNING" and not r.get("started_at")
-               for r in records(run_dir_of(sge, job)).values())
+               for r in records(sge.run_dir(job)).values())
     wait_queue_empty(lambda: sge_queued(sge, job), job, 30)
     assert_no_processes(job)
 
@@ -69,7 +64,7 @@ def test_cancel_a_running_gang_job(sge, tmp_path):
     spec = fake_spec(tmp_path, "sge", "gang: true", name="sge-gang-cancel",
                      env={"FAKE_SLEEP": "600"})
     job = sge.submit(spec, "--backend", "sge")
-    run_dir = run_dir_of(sge, job)
+    run_dir = sge.run_dir(job)
     wait_for(lambda: sum(r.get("state") == "RUNNING" for r in records(run_dir).values()) == 4,
              180, "every task running")
     result = sge.run("cancel", job)
