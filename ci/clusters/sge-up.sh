@@ -182,8 +182,13 @@ write_hosts_file() {
 MASTER_NS=()
 
 # own_hosts_cmd DAEMON: the shell command that runs DAEMON with $HOSTS_FILE as /etc/hosts
-# (run by unshare -m: in a new, private mount namespace)
-own_hosts_cmd() { echo "mount --bind $HOSTS_FILE /etc/hosts && exec $1"; }
+# (run by unshare -m: in a new, private mount namespace), in a clean environment: every
+# job inherits its execd's, so a variable of whoever ran sge-up.sh (DRMAA_LIBRARY_PATH
+# from a sourced sge.env) would reach every task
+own_hosts_cmd() {
+    echo "mount --bind $HOSTS_FILE /etc/hosts && exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin" \
+        "SGE_ROOT=$SGE_ROOT SGE_CELL=$SGE_CELL LANG=C.UTF-8 $1"
+}
 
 # ---------------------------------------------------------------- host names
 # SGE's commlib rejects a client whose own name (gethostbyname(hostname()), here
