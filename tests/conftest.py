@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -238,3 +239,24 @@ def interrupt(proc: subprocess.Popen, timeout: float, what: str = "mxbatch") -> 
     except subprocess.TimeoutExpired:
         proc.kill()
         pytest.fail(f"{what} still running {timeout:g} s after SIGINT:\n{proc.communicate()}")
+
+
+def time_wait_port() -> int:
+    """A port of 127.0.0.1 nothing listens on, left in TIME_WAIT by a closed connection
+    as an ended scheduler leaves it: the listener had SO_REUSEADDR (zmq sets it) and its
+    side closed first, so the kernel keeps that end for a minute."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    server, _ = listener.accept()
+    listener.close()
+    server.close()  # first: this end (127.0.0.1:port) goes to TIME_WAIT
+    client.recv(1)  # its FIN arrived
+    client.close()
+    wait_for(lambda: any(line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "06"
+                         for line in Path("/proc/net/tcp").read_text().splitlines()[1:]),
+             10, f"port {port} in TIME_WAIT")
+    return port
