@@ -167,6 +167,16 @@ def occupy_on_test_hosts(port: int) -> Occupied:
     return Occupied(release)
 
 
+def occupy_where_sge_runs(port: int) -> Occupied:
+    """Listen on ``port`` where the SGE test cell runs its tasks: this host, or the
+    namespace test hosts when the cell's exec hosts are those (``MXBATCH_SGE_HOSTS``)."""
+    from .conftest import cluster_environment
+
+    if cluster_environment("sge").get("MXBATCH_SGE_HOSTS"):
+        return occupy_on_test_hosts(port)
+    return occupy_here(port)
+
+
 def _sge_queued(cli, job: str) -> List[str]:
     from .clusterjobs import sge_queued
 
@@ -217,7 +227,7 @@ PROFILES: Dict[str, Profile] = {
     # tiny.q: 2 slots, only for jobs asking -l small; 2 of the 4 tasks never start
     "sge": Profile("sge", cluster="sge", options="submitter: qsub",
                    starved_options="submitter: qsub, native: [-l, small]",
-                   queued=_sge_queued, occupy=occupy_here),
+                   queued=_sge_queued, occupy=occupy_where_sge_runs),
     # partition tiny: one node with 1 CPU; 3 of the 4 tasks never start
     "slurm": Profile("slurm", cluster="slurm", starved_options="partition: tiny",
                      queued=_slurm_queued, occupy=occupy_on_test_hosts),
