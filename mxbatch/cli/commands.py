@@ -14,6 +14,7 @@ import click
 
 from .. import __version__
 from ..backends import records
+from ..backends.registry import load_site_config
 from ..backends.status import JobState, JobStatus
 from ..errors import ExitCode, JobNotFound, MxbatchError
 from ..jobs import submit as jobs
@@ -106,7 +107,7 @@ def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
            servers: Optional[int], profile: Optional[str], wait: bool, quiet: bool,
            as_json: bool) -> None:
     """Submit the job described by SPEC_FILE; print its id."""
-    spec = siteconfig.load_job(spec_file, profile=profile)
+    spec = siteconfig.load_job(spec_file, profile=profile, site=load_site_config())
     _submit_and_maybe_follow(spec, siteconfig.backend_name(spec, backend), workers, servers,
                              wait, quiet, as_json)
 
@@ -272,7 +273,7 @@ def render(spec_file: Path, backend: Optional[str], workers: Optional[int],
            servers: Optional[int], profile: Optional[str], output_format: str,
            as_json: bool) -> None:
     """Print exactly what submit would run (per-task argv and env, job scripts)."""
-    spec = siteconfig.load_job(spec_file, profile=profile)
+    spec = siteconfig.load_job(spec_file, profile=profile, site=load_site_config())
     backend = siteconfig.backend_name(spec, backend)
     if output_format == "shell":
         from ..jobs.shellscript import render_script
@@ -282,7 +283,7 @@ def render(spec_file: Path, backend: Optional[str], workers: Optional[int],
     _, request = jobs.prepare(spec, backend, workers=workers, servers=servers,
                               for_submit=False)
     if as_json or output_format == "json":
-        click.echo(jsonout.dumps(request.to_dict()))
+        click.echo(jsonout.dumps(jsonout.document(request.to_dict())))
     else:
         click.echo(request.describe(), nl=False)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..backends.registry import options_for
 from ..quoting import shell_words
 from ..runtime.roles import Role
 from ..spec.located import KeyPath, Origin, dotted
@@ -79,11 +80,7 @@ def _values(spec: JobSpec, backend: str) -> Dict[KeyPath, Any]:
     if spec.container is not None:
         for key, value in to_data(spec.container).items():
             values[("container", key)] = value
-    blocks = dict(spec.backend_options)
-    if backend not in blocks:
-        from ..backends.registry import backend_class
-
-        blocks[backend] = backend_class(backend).options_class()
+    blocks = {name: options_for(spec, name) for name in {*spec.backend_options, backend}}
     for name in sorted(blocks):
         for key, value in to_data(blocks[name]).items():
             values[("backends", name, key)] = value

@@ -25,6 +25,7 @@ import mxbatch
 from .. import __version__
 from ..backends import bundle
 from ..runtime import net
+from ..runtime.layout import RUNTIME
 from ..spec.schema import JobSpec
 from .checks import COMMAND_TIMEOUT_S, Check, Outcome, command_check, failed, passed, skipped
 from .probe import probe_checks, role_interpreters
@@ -44,7 +45,7 @@ def python_check() -> Check:
     detail = (f"Python {sys.version.split()[0]} at {sys.executable}; mxbatch {__version__} "
               f"at {where}")
     with tempfile.TemporaryDirectory(prefix="mxbatch-doctor-") as scratch:
-        runtime = bundle.write_runtime(Path(scratch) / "runtime.pyz")
+        runtime = bundle.write_runtime(Path(scratch) / RUNTIME)
         result = subprocess.run([sys.executable, "-I", str(runtime), "--help"],
                                 capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
     if result.returncode != 0:

@@ -12,15 +12,13 @@ exists.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import re
 import shlex
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
-from ..backends import registry
-from ..errors import SpecError
+from ..errors import SpecError, did_you_mean
 from ..runtime.roles import Role
 from .located import KeyPath, Locations, load_located
 from .schema import (
@@ -38,6 +36,9 @@ from .typed import ConversionError, from_data, kind_of
 from .units import parse_duration, parse_port_range, parse_size_mib
 
 T = TypeVar("T")
+
+#: what a backend's name may be (its registry decides which names exist)
+BACKEND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 
 #: the top-level keys of a job spec
 SPEC_KEYS = ("name", "backend", "command", "workdir", "env", "inherit_env", "resources",
@@ -148,9 +149,7 @@ class _Section:
     def finish(self) -> None:
         for key in self.data:
             if key not in self.known:
-                close = difflib.get_close_matches(key, self.known, n=1, cutoff=0.6)
-                hint = (f"did you mean {close[0]!r}?" if close
-                        else "valid keys: " + ", ".join(self.known))
+                hint = did_you_mean(key, self.known, "valid keys: " + ", ".join(self.known))
                 raise self.locations.error(self.key_path + (key,), "unknown key", hint)
 
 
@@ -162,12 +161,9 @@ def _name(value: Any, _: KeyPath) -> str:
 
 
 def _backend_name(value: Any, _: KeyPath) -> str:
-    known = registry.names()
-    if value not in known:
-        close = difflib.get_close_matches(str(value), known, n=1, cutoff=0.5)
-        raise ValueError(f"unknown backend {value!r} "
-                         + (f"(did you mean {close[0]!r}?)" if close else
-                            f"(known backends: {', '.join(known)})"))
+    """A backend's name as the spec writes it; the registry says whether one exists."""
+    if not isinstance(value, str) or not BACKEND_NAME.fullmatch(value):
+        raise ValueError(f"a backend name is letters, digits, '_' or '-', got {value!r}")
     return value
 
 
@@ -372,21 +368,19 @@ def _container(value: Any, key_path: KeyPath, locations: Locations) -> Container
 
 
 def _backends(value: Any, key_path: KeyPath, locations: Locations) -> Dict[str, Any]:
-    """Each ``backends.<name>`` block as that backend's options dataclass."""
+    """The ``backends:`` mapping: backend name -> that backend's block as plain data
+    (``{}`` for an empty one). Which names exist and what each block may hold is the
+    registry's to check (``backends.registry.options_for``)."""
     if not isinstance(value, dict):
         raise ValueError(f"backends must be a mapping of backend name to options, "
                          f"got {kind_of(value)}")
-    known = registry.names()
     result = {}
     for name, raw_options in value.items():
-        if name not in known:
-            close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.5)
-            raise locations.error(key_path + (name,), "unknown backend",
-                                  f"did you mean {close[0]!r}?" if close else
-                                  "known backends: " + ", ".join(known))
-        result[name] = parse_options(registry.backend_class(name).options_class,
-                                     {} if raw_options is None else raw_options,
-                                     key_path + (name,), locations)
+        try:
+            _backend_name(name, key_path + (name,))
+        except ValueError as exc:
+            raise locations.error(key_path + (name,), str(exc)) from None
+        result[name] = {} if raw_options is None else raw_options
     return result
 
 
