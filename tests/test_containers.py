@@ -255,7 +255,7 @@ def test_a_foreign_listener_on_the_containerised_scheduler_s_port(ccli, ctr_env,
                                    "FAKE_SCHEDULER_BIND_AFTER": str(tmp_path / "bind")},
                            "network": {"ports": f"{port}-{port}"}})
     job = ccli.submit(spec)
-    run_dir = ccli.home / "runs" / job
+    run_dir = ccli.run_dir(job)
     wait_for(lambda: json.loads((run_dir / "scheduler.json").read_text()).get("port") == port,
              120, "the scheduler's port chosen")
     occupied = occupy_here(port)

@@ -97,7 +97,7 @@ def test_a_foreign_listener_on_the_chosen_port_is_never_joined(hosts_cli, hosts_
                           "FAKE_SLEEP": "300"})
     spec.write_text(spec.read_text() + f"network: {{ports: {port}-{port}}}\n")
     job = hosts_cli.submit(spec, "-b", backend)
-    run_dir = hosts_cli.home / "runs" / job
+    run_dir = hosts_cli.run_dir(job)
     wait_for(lambda: json.loads((run_dir / "scheduler.json").read_text()).get("port") == port,
              90, "the scheduler's port chosen")
     occupied = occupy_on_test_hosts(port)

@@ -312,7 +312,7 @@ def test_a_port_an_ended_scheduler_left_in_time_wait_is_free(cli, tmp_path):
     result = cli.run("submit", "--wait", str(spec))
     assert result.returncode == 0, result.stderr
     job = result.stdout.split()[0]
-    assert json.loads((cli.home / "runs" / job / "scheduler.json").read_text())["port"] == port
+    assert json.loads((cli.run_dir(job) / "scheduler.json").read_text())["port"] == port
 
 
 def test_members_start_only_once_the_scheduler_listens_on_its_retry_port(cli, tmp_path):

@@ -179,7 +179,7 @@ def test_two_jobs_sharing_a_one_port_range_never_join_each_other(cli, tmp_path):
                 proc.wait()
     jobs = [out.split()[0] for _, out, _ in outputs]
     for job in jobs:
-        assert json.loads((cli.home / "runs" / job / "scheduler.json").read_text())["port"] \
+        assert json.loads((cli.run_dir(job) / "scheduler.json").read_text())["port"] \
             == port  # both chose it: the race happened
     codes = [code for code, _, _ in outputs]
     assert sorted(codes) == [0, 1], [err[-2000:] for _, _, err in outputs]
@@ -189,6 +189,6 @@ def test_two_jobs_sharing_a_one_port_range_never_join_each_other(cli, tmp_path):
     assert re.search(rf"scheduler\[0\]: no free port in {port}-{port}; .*port {port}\b", reason), \
         reason
     for role in ("server", "worker"):  # its members never started
-        assert not (task_record(cli.home / "runs" / lost, role, 0) or {}).get("pid")
+        assert not (task_record(cli.run_dir(lost), role, 0) or {}).get("pid")
     for job in jobs:
         assert_no_processes(job)
