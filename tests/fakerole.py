@@ -1,8 +1,11 @@
 """A stand-in for an MXNet role, for fast tests of the runtime without MXNet.
 
-scheduler: listens on DMLC_PS_ROOT_PORT until stopped (like ps-lite's scheduler); with
-           $FAKE_SCHEDULER_FAIL_ONCE=<file> the first run exits 1 instead, once worker 0
-           has written $FAKE_OUT/0.json with its port (it started with this address).
+scheduler: listens on DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT until stopped (like ps-lite's
+           scheduler, with SO_REUSEADDR as zmq sets it); with
+           $FAKE_SCHEDULER_FAIL_ONCE=<file> the first run exits 1 instead (a port taken
+           before it could bind); with $FAKE_SCHEDULER_BIND_AFTER=<file> it binds only
+           once that file exists (a test takes the port in between), and exits 1 if the
+           bind fails, as ps-lite's scheduler does ("bind failed").
 server:    sleeps until stopped.
 worker:    writes {argv, env, core_limit} as JSON to $FAKE_OUT/<rank>.json (if set), runs
            $FAKE_SLEEP seconds, or until the file $FAKE_BARRIER exists (so that many
@@ -10,6 +13,8 @@ worker:    writes {argv, env, core_limit} as JSON to $FAKE_OUT/<rank>.json (if s
            set (output: the stall detector sees progress), then exits with $FAKE_EXIT
            (default 0). The worker whose rank is $FAKE_RAISE_RANK raises an exception as
            soon as the file $FAKE_RAISE_ON exists.
+With $FAKE_JOIN set, servers and workers first connect to the scheduler's address, as
+ps-lite's do (retrying for up to 30 s), and say so ("joined IP:PORT").
 """
 
 import json
@@ -20,26 +25,33 @@ import sys
 import time
 
 role = os.environ["DMLC_ROLE"]
+address = (os.environ.get("DMLC_PS_ROOT_URI", ""), int(os.environ.get("DMLC_PS_ROOT_PORT") or 0))
+if role != "scheduler" and os.environ.get("FAKE_JOIN"):
+    deadline = time.time() + 30
+    while True:
+        try:
+            socket.create_connection(address, timeout=1).close()
+            print("joined %s:%d" % address, flush=True)
+            break
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.1)
 if role == "scheduler":
     fail_once = os.environ.get("FAKE_SCHEDULER_FAIL_ONCE")
     if fail_once and not os.path.exists(fail_once):  # "port taken": die before listening
         open(fail_once, "w").close()
-        # once worker 0 has started with this address (so it has to follow the retry)
-        seen = os.path.join(os.environ["FAKE_OUT"], "0.json")
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                with open(seen) as handle:
-                    port = json.load(handle)["env"]["DMLC_PS_ROOT_PORT"]
-                if port == os.environ["DMLC_PS_ROOT_PORT"]:
-                    break
-            except (OSError, ValueError, KeyError):
-                pass
-            time.sleep(0.05)
         sys.exit(1)
+    bind_after = os.environ.get("FAKE_SCHEDULER_BIND_AFTER")
+    deadline = time.time() + 120
+    while bind_after and not os.path.exists(bind_after) and time.time() < deadline:
+        time.sleep(0.05)
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("", int(os.environ["DMLC_PS_ROOT_PORT"])))
+    try:
+        listener.bind(address)
+    except OSError as exc:
+        sys.exit("bind failed: %s" % exc)
     listener.listen(16)
     while True:
         connection, _ = listener.accept()

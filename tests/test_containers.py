@@ -33,6 +33,7 @@ from .conftest import (
     task_record,
     wait_for,
 )
+from .faultmatrix import free_port, occupy_here
 from .polling import poll
 from .test_mxnet_local import assert_trained
 
@@ -190,6 +191,36 @@ def test_a_killed_client_fails_the_job_and_its_container_is_removed(ccli, ctr_en
     assert result.returncode == 1, result.stderr
     assert "FAILED: worker[0] was killed by SIGKILL" in result.stderr
     assert abort_of(ccli, job)["at"] - killed < 10
+    assert_no_containers(ctr_env, job, timeout=15)
+    assert_no_processes(job)
+
+
+@pytest.mark.parametrize("runtime", ["docker", "podman"])
+def test_a_foreign_listener_on_the_containerised_scheduler_s_port(ccli, ctr_env, tmp_path,
+                                                                  runtime):
+    """The scheduler's role (in its container, which the runtime's daemon started: not a
+    process of the supervisor's) binds only once "bind" exists; a listener of this host
+    takes the port first. Readiness is asked of the container's processes, so the job
+    fails naming the port and no member ever connects to the foreign listener."""
+    port = free_port()
+    spec = fake_job(tmp_path, ctr_env, runtime,
+                    extra={"env": {"FAKE_JOIN": "1", "FAKE_SLEEP": "120",
+                                   "FAKE_SCHEDULER_BIND_AFTER": str(tmp_path / "bind")},
+                           "network": {"ports": f"{port}-{port}"}})
+    job = ccli.submit(spec)
+    run_dir = ccli.run_dir(job)
+    wait_for(lambda: json.loads((run_dir / "scheduler.json").read_text()).get("port") == port,
+             120, "the scheduler's port chosen")
+    occupied = occupy_here(port)
+    try:
+        (tmp_path / "bind").touch()
+        result = ccli.run("wait", job, "--timeout", "90")
+    finally:
+        joined = occupied.release()
+    assert result.returncode == 1, result.stderr
+    assert joined == 0, f"the foreign listener accepted {joined} connection(s)"
+    assert re.search(rf"scheduler\[0\]: no free port in {port}-{port}; .*port {port}\b",
+                     abort_of(ccli, job)["reason"])
     assert_no_containers(ctr_env, job, timeout=15)
     assert_no_processes(job)
 

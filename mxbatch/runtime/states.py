@@ -62,8 +62,9 @@ class AbortKind(str, enum.Enum):
 @dataclass(frozen=True)
 class SchedulerRecord:
     """Where the scheduler of ``job_id`` listens. Published as soon as its role starts
-    (``listening`` false), again once the port accepts connections (true); a new
-    ``attempt`` means it moved to another port."""
+    (``listening`` false), again once the listening socket on the port is the role's
+    own (true: only then do members start); a new ``attempt`` means it moved to another
+    port before it listened."""
 
     job_id: str
     ip: str

@@ -12,11 +12,14 @@ Contract of a role process:
   ``logs/<role>-<rank>.log`` (with the supervisor's notes), so the agent sees output
   without touching the file system;
 - the scheduler's runner picks a free port, starts the role and publishes its
-  ``SchedulerRecord`` at once (every role imports MXNet in parallel; zmq retries until
-  the scheduler binds), again with ``listening`` once the port accepts connections;
-  if the role exits with an error before that (port taken), it retries another port
-  with ``attempt + 1``, and members that started with the old address restart their
-  role (a role killed by a signal is a failure, never retried);
+  ``SchedulerRecord`` (``listening`` false), then again with ``listening`` once the
+  listening socket on that port is the role's own (``listeners``: the kernel's word,
+  not a connect, which another program on the port would accept too); members start
+  their roles only then, so they never join whatever else holds the address. A port
+  taken between the free-port probe and the role's bind (the role exits with an error
+  before listening, or another process listens there) is retried on another port with
+  ``attempt + 1``, at most ``SCHEDULER_ATTEMPTS`` times (a role killed by a signal is a
+  failure, never retried);
 - an exit other than 0, a passed walltime, or a failed start is the task's failure:
   ``TaskFailed`` carries the abort record for the agent to publish;
 - to stop, the group gets SIGTERM (and SIGCONT, which a stopped process needs to see
@@ -37,9 +40,9 @@ import signal
 import socket
 import subprocess
 import time
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
-from . import net, pyhook, wire
+from . import listeners, net, procstat, pyhook, wire
 from .container import Moment, RoleContainer
 from .environ import role_environment
 from .planfile import RunPlan, TaskInfo
@@ -49,12 +52,11 @@ from .roles import Role
 from .states import AbortKind, AbortRecord, SchedulerRecord, TaskRecord, TaskState
 
 SCHEDULER_ATTEMPTS = 3
-#: how often a waiting member looks for the scheduler's record at most, and how
-#: often a started one checks whether the scheduler moved (until it listens)
+#: how often a waiting member looks for the scheduler's record at most
 MEMBER_POLL_CAP_S = 0.5
-FOLLOW_SCHEDULER_S = 0.5
+#: how often the scheduler's runner asks who listens on its port, until its role does
 LISTEN_CHECK_S = 0.1
-#: how long a restarting member waits for its SIGKILLed old role at most
+#: how long the scheduler's runner waits for a SIGKILLed attempt's role at most
 RESTART_WAIT_S = 5.0
 
 
@@ -138,6 +140,8 @@ class TaskRunner:
         self._ports: Optional[Iterator[int]] = None
         self._published: Optional[SchedulerRecord] = None
         self._next_listen_check = 0.0
+        #: why earlier attempts' ports were lost (for the error when none is left)
+        self._lost_ports: List[str] = []
         # members
         self._scheduler: Optional[SchedulerRecord] = None
         self._backoff = Backoff(cap=MEMBER_POLL_CAP_S)
@@ -226,6 +230,7 @@ class TaskRunner:
         else:
             if self.proc is not None and self._remove_container(Moment.RESTART):
                 self.container.wait_removed()
+            self._escalated = False
             try:
                 argv, env, skipped = self.container.prepare(
                     self.environ, functools.partial(
@@ -275,8 +280,9 @@ class TaskRunner:
         attempt = self._published.attempt + 1 if self._published else 1
         port = next(self._ports, None)
         if port is None:
-            raise self.fail("scheduler[0]: no free port in %d-%d"
-                            % (self.plan.port_low, self.plan.port_high), wall, mono)
+            raise self.fail("scheduler[0]: no free port in %d-%d%s"
+                            % (self.plan.port_low, self.plan.port_high,
+                               "".join("; " + lost for lost in self._lost_ports)), wall, mono)
         self._popen(wire.rendezvous_environment(ip, port, ip), wall, mono)
         assert self.proc is not None
         self._published = SchedulerRecord(job_id=self.plan.job_id, ip=ip, port=port,
@@ -304,15 +310,17 @@ class TaskRunner:
             self._stopping(mono)
 
     def _wait_for_scheduler(self, wall: float, mono: float) -> None:
+        """Start the role once this job's scheduler listens (its own socket, see
+        ``_check_listening``): never on an address something else may hold."""
         if mono < self._next_poll:
             return
         info = self.rdv.read_scheduler()
-        if info is not None and info.job_id == self.plan.job_id:
+        if info is not None and info.job_id == self.plan.job_id and info.listening:
             self._start_member(info, wall, mono)
             return
         if wall > self.plan.startup_deadline:
-            raise self.fail("%s: the scheduler did not publish its address before the "
-                            "startup deadline (%gs)" % (self.label, self.plan.startup_timeout_s),
+            raise self.fail("%s: the scheduler was not listening before the startup "
+                            "deadline (%gs)" % (self.label, self.plan.startup_timeout_s),
                             wall, mono)
         self._next_poll = mono + self._backoff.next()
 
@@ -326,8 +334,6 @@ class TaskRunner:
             self.container.poll(mono)
         if self.task.role is Role.SCHEDULER:
             self._check_listening(wall, mono)
-        else:
-            self._follow_scheduler(wall, mono)
         walltime = self.task.walltime_s
         if walltime and wall - (self.record.started_at or wall) > walltime:
             raise self.fail("%s exceeded its walltime of %gs" % (self.label, walltime),
@@ -341,8 +347,15 @@ class TaskRunner:
     def _exited(self, code: int, wall: float, mono: float) -> None:
         if (self.task.role is Role.SCHEDULER and code > 0 and self._published is not None
                 and not self._published.listening):  # exited (port taken?), not killed
-            self.say("scheduler exited with %s before listening on port %d"
-                     % (code, self._published.port))
+            port = self._published.port
+            state = listeners.port_state(self._published.ip, port, tuple, os.getpid())
+            taken = (" (%s holds it)" % (listeners.describe_holders(state.sockets)
+                                         or "another process")
+                     if state.holder is listeners.Holder.OTHER else "")
+            self.say("scheduler exited with %s before listening on port %d%s"
+                     % (code, port, taken))
+            self._lost_ports.append("the scheduler exited with %s before listening on port "
+                                    "%d%s" % (code, port, taken))
             if self._published.attempt < SCHEDULER_ATTEMPTS:
                 self._start_scheduler(wall, mono)
                 return
@@ -362,41 +375,60 @@ class TaskRunner:
         raise self.fail("%s %s" % (self.label, how), wall, mono, code, self.record.signal)
 
     def _check_listening(self, wall: float, mono: float) -> None:
+        """Publish ``listening`` once the role's own socket listens on its port; a port
+        another process holds is lost: this attempt stops and the next takes another."""
         published = self._published
         if published is None or published.listening or mono < self._next_listen_check:
             return
         self._next_listen_check = mono + LISTEN_CHECK_S
-        if net.accepts_connections(published.ip, published.port, timeout=0.2):
+        state = self._port_state(published)
+        if state is not None and state.holder is listeners.Holder.ROLE:
             self._published = SchedulerRecord(**dict(published.to_dict(), listening=True))
             self.rdv.publish_scheduler(self._published)
             self.say("listening on %s (attempt %d)" % (published.address, published.attempt))
-        elif wall > self.plan.startup_deadline:
+            return
+        if state is not None and state.holder is listeners.Holder.OTHER:
+            self._port_taken(published, state, wall, mono)
+            return
+        if wall > self.plan.startup_deadline:
             raise self.fail("scheduler[0] did not listen on %s before the startup deadline "
                             "(%gs)" % (published.address, self.plan.startup_timeout_s),
                             wall, mono)
 
-    def _follow_scheduler(self, wall: float, mono: float) -> None:
-        """Until the scheduler listens, restart this role if it moved to another port."""
-        info = self._scheduler
-        if info is None or info.listening or mono < self._next_poll:
-            return
-        self._next_poll = mono + FOLLOW_SCHEDULER_S
-        latest = self.rdv.read_scheduler()
-        if latest is None or latest.job_id != self.plan.job_id:
-            return
-        if latest.attempt != info.attempt:
-            self.say("the scheduler moved to %s (attempt %d): restarting the role"
-                     % (latest.address, latest.attempt))
-            assert self.proc is not None
-            _killpg(self.proc.pid, signal.SIGKILL)
-            try:  # bounded: the agent loop (signals, other tasks) must go on
-                self.proc.wait(timeout=RESTART_WAIT_S)
-            except subprocess.TimeoutExpired:
-                self.say("the old role (pid %d) outlived SIGKILL for %gs: starting anyway"
-                         % (self.proc.pid, RESTART_WAIT_S))
-            self._start_member(latest, wall, mono)
-        else:
-            self._scheduler = latest
+    def _port_state(self, published: SchedulerRecord) -> Optional[listeners.PortState]:
+        """Who listens on the published port, in the role's network namespace; None
+        while that cannot be known (a container whose main process is not known yet)."""
+        assert self.proc is not None
+        leader = netns = self.proc.pid
+        roots: Tuple[int, ...] = ()
+        if self.container is not None and self.container.daemon:
+            if self.container.pid is None:
+                return None
+            netns, roots = self.container.pid, (self.container.pid,)
+        return listeners.port_state(published.ip, published.port,
+                                    lambda: procstat.members(leader, roots), netns)
+
+    def _port_taken(self, published: SchedulerRecord, state: listeners.PortState,
+                    wall: float, mono: float) -> None:
+        """Another process listens where this attempt's role was to: stop the role (it
+        could never bind there) and try another port, or fail naming the port."""
+        lost = ("port %d was taken by %s after mxbatch chose it"
+                % (published.port, listeners.describe_holders(state.sockets)
+                   or "another process"))
+        self.say("%s: stopping attempt %d" % (lost, published.attempt))
+        self._lost_ports.append(lost)
+        assert self.proc is not None
+        _killpg(self.proc.pid, signal.SIGKILL)
+        try:  # bounded: the agent loop (signals, other tasks) must go on
+            self.proc.wait(timeout=RESTART_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.say("the role (pid %d) outlived SIGKILL for %gs: going on anyway"
+                     % (self.proc.pid, RESTART_WAIT_S))
+        self._escalated = True  # its container, if any, is removed before the next start
+        if published.attempt >= SCHEDULER_ATTEMPTS:
+            raise self.fail("scheduler[0]: %s (%d attempts)" % (lost, published.attempt),
+                            wall, mono)
+        self._start_scheduler(wall, mono)
 
     # ------------------------------------------------------------------ stopping
     def stop(self, final: TaskState, note: str, wall: float, mono: float) -> None:
