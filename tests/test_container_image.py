@@ -90,7 +90,7 @@ def submit_and_wait_running(cli: Cli, spec: Path, backend: str) -> str:
     """Submit detached; once every task runs and worker[1]'s Python in its container
     printed, the job id."""
     job = cli.submit(spec, "-b", backend)
-    run_dir = cli.home / "runs" / job
+    run_dir = cli.run_dir(job)
     wait_for(lambda: all_running(run_dir, 4), 180, "every task running")
     wait_for(lambda: "tick" in log_of(cli, job, "worker-1"), 120, "worker[1]'s output")
     return job
@@ -148,7 +148,7 @@ def test_a_crash_in_the_image_fails_the_job_and_names_the_task(home, ctr_env, tm
     log = log_of(cli, job, "worker-1")
     assert "RuntimeError: simulated failure of worker rank 1" in log
     assert "mxbatch: uncaught RuntimeError: exiting with code 1" in log, log[-2000:]
-    times = job_times(cli.home / "runs" / job)
+    times = job_times(cli.run_dir(job))
     crashed = times.tasks["worker[1]"]["ended_at"]
     assert times.abort_at is not None and times.abort_at - crashed < 10
     assert times.last_end - times.abort_at < 30  # the others stopped, containers removed
@@ -162,12 +162,12 @@ def test_cancel_of_a_job_in_the_image_leaves_nothing(home, ctr_env, tmp_path, ba
     spec = stand_in_job(tmp_path, cli, backend, runtime, "cancelled",
                         {"FAKE_SLEEP": "300", "FAKE_TICK": "1"})
     job = submit_and_wait_running(cli, spec, backend)
-    env_file = cli.home / "runs" / job / "containers" / "worker-1.env"
+    env_file = cli.run_dir(job) / "containers" / "worker-1.env"
     wait_for(lambda: not env_file.exists(), 30, "the env file's removal once the container ran")
     result = cli.run("cancel", job)
     assert result.returncode == 0, result.stderr
     assert cli.status(job)["state"] == "CANCELLED"
-    times = job_times(cli.home / "runs" / job)
+    times = job_times(cli.run_dir(job))
     assert times.last_end - times.abort_at < 30
     if backend == "local":
         assert containers_of(cli.env, job) == []  # cancel returns once they are gone
