@@ -49,6 +49,7 @@ class TaskStatus:
     log: str = ""
     native: Optional[str] = None
     started_at: Optional[float] = None
+    ended_at: Optional[float] = None
 
     @property
     def label(self) -> str:
@@ -64,9 +65,21 @@ class JobStatus:
     reason: str = ""
     log: Optional[str] = None
     terminal: bool = False
+    #: the task whose failure ended the job (``worker[1]``), when one did
+    cause_task: str = ""
 
     def to_dict(self) -> Dict[str, Any]:
         return to_data(self)
+
+    def task(self, label: str) -> Optional[TaskStatus]:
+        """The task called ``label`` (``worker[1]``), if the job has it."""
+        return next((t for t in self.tasks if t.label == label), None)
+
+    @property
+    def ended_at(self) -> Optional[float]:
+        """When the job's last task ended (epoch seconds), once the job has ended."""
+        ends = [t.ended_at for t in self.tasks if t.ended_at]
+        return max(ends) if self.terminal and ends else None
 
 
 def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
@@ -90,6 +103,8 @@ def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
         status.reason = abort.reason
         status.log = abort.log
         status.terminal = not active
+        if abort.kind is AbortKind.FAILED:
+            status.cause_task = _cause_task(abort, tasks)
     elif workers_succeeded(plan, records) and not active:
         status.state = JobState.SUCCEEDED
         status.terminal = not queued
@@ -99,9 +114,18 @@ def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
                                   for t in lost)
         status.log = lost[0].log or None
         status.terminal = not active
+        status.cause_task = lost[0].label
     elif not active:
         status.state = JobState.PENDING
     return status
+
+
+def _cause_task(abort: AbortRecord, tasks: List[TaskStatus]) -> str:
+    """The task a failure abort names, else the first task that failed by itself."""
+    if abort.role is not None and abort.rank is not None:
+        return f"{abort.role.value}[{abort.rank}]"
+    failed = [t for t in tasks if t.state is TaskState.FAILED]
+    return failed[0].label if failed else ""
 
 
 def _task_status(role: Role, rank: int, record: Optional[TaskRecord], native: NativeState,
@@ -122,4 +146,5 @@ def _task_status(role: Role, rank: int, record: Optional[TaskRecord], native: Na
         state = TaskState.STARTING
     return TaskStatus(role=role, rank=rank, state=state, host=record.host, pid=record.pid,
                       exit_code=record.exit_code, signal=record.signal, note=note,
-                      log=record.log, native=native_id, started_at=record.started_at)
+                      log=record.log, native=native_id, started_at=record.started_at,
+                      ended_at=record.ended_at)

@@ -17,6 +17,8 @@ from ..backends import records
 from ..backends.status import JobState, JobStatus
 from ..errors import ExitCode, JobNotFound, MxbatchError
 from ..jobs import submit as jobs
+from ..jobs.cause import Cause, failure_cause
+from ..jobs.scripts import missing_scripts
 from ..jobs.follow import LogTail, follow, supervise
 from ..jobs.interrupts import HeldSignals, check_interrupted
 from ..runtime.roles import Role
@@ -130,6 +132,9 @@ def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Op
                              servers: Optional[int], wait: bool, quiet: bool,
                              as_json: bool = False) -> None:
     backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers)
+    if backend.workdir_is_here():
+        for missing in missing_scripts(spec):
+            _err(f"mxbatch: warning: {missing.message()}")
     attached = backend.attach(request) if wait else None
     check_interrupted()  # a Ctrl-C Python dropped while preparing: submit nothing
     # from here until the job is supervised (or followed), Ctrl-C is held back so that
@@ -156,9 +161,11 @@ def _record_data(record: records.JobRecord) -> dict:
             "submitted_at": record.submitted_at}
 
 
-def _print_final(record: records.JobRecord, status: JobStatus) -> None:
-    """``--json`` of an attached command: the final status."""
-    click.echo(jsonout.dumps(jsonout.document(dict(_record_data(record), **status.to_dict()))))
+def _print_final(backend, record: records.JobRecord, status: JobStatus) -> None:
+    """``--json`` of an attached command: the final status, and its cause if it failed."""
+    cause = failure_cause(backend, record, status)
+    click.echo(jsonout.dumps(jsonout.document(dict(
+        _record_data(record), **status.to_dict(), cause=cause.to_dict() if cause else None))))
 
 
 def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *,
@@ -167,7 +174,6 @@ def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *
     ``held`` holds signals back until the supervisor has installed its handlers."""
     from .progress import Progress, choose_mode
 
-    started = time.time()
     progress = Progress(choose_mode(sys.stderr, quiet), sys.stderr, record.submitted_at)
     try:
         status, interrupted = supervise(backend, record, stream_logs=stream_logs,
@@ -181,8 +187,8 @@ def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *
     finally:
         progress.clear()
     if as_json:
-        _print_final(record, status)
-    _report(status, time.time() - started)
+        _print_final(backend, record, status)
+    _report(backend, record, status)
     if interrupted:
         sys.exit(ExitCode.INTERRUPTED)
     if status.state is not JobState.SUCCEEDED:
@@ -197,7 +203,6 @@ def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
     leaves it running. ``held``: signals held back since the submission, released here."""
     from .progress import Progress, choose_mode
 
-    started = time.time()
     progress = Progress(choose_mode(sys.stderr, quiet), sys.stderr, record.submitted_at)
     try:
         if held is not None:
@@ -218,22 +223,34 @@ def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
     finally:
         progress.clear()
     if as_json:
-        _print_final(record, status)
-    _report(status, time.time() - started)
+        _print_final(backend, record, status)
+    _report(backend, record, status)
     if status.state is not JobState.SUCCEEDED:
         sys.exit(ExitCode.JOB_FAILED)
 
 
-def _report(status: JobStatus, elapsed: float) -> None:
+def _report(backend, record: records.JobRecord, status: JobStatus) -> None:
+    """The final summary on stderr: the outcome, how long the job took (submission to
+    its last task's end), and for a failure its cause in the failing role's own words."""
+    duration = (status.ended_at or time.time()) - record.submitted_at
     if status.state is JobState.SUCCEEDED:
-        _err(f"mxbatch: job {status.job_id} SUCCEEDED ({elapsed:.1f}s)")
+        _err(f"mxbatch: job {status.job_id} SUCCEEDED ({duration:.1f}s)")
         return
     message = f"mxbatch: job {status.job_id} {status.state.value}"
     if status.reason:
         message += f": {status.reason}"
+    cause = failure_cause(backend, record, status)
+    if cause is not None:
+        message += f"\n{_cause_text(cause, 'mxbatch: ')}"
     if status.log:
         message += f"\nmxbatch: see the log: {status.log}"
     _err(message)
+
+
+def _cause_text(cause: Cause, prefix: str = "") -> str:
+    """The quoted last lines of the failing task, indented under a heading."""
+    return "\n".join([f"{prefix}{cause.task}'s last output:"]
+                     + [f"    {line}" for line in cause.lines])
 
 
 class _RenderCommand(click.Command):
@@ -296,13 +313,18 @@ def render(spec_file: Path, backend: Optional[str], workers: Optional[int],
 def status(job_id: str, as_json: bool) -> None:
     """Show the state of every task of JOB_ID."""
     record = records.load(job_id)
-    result = jobs.backend_for_record(record).status(record)
+    backend = jobs.backend_for_record(record)
+    result = backend.status(record)
+    cause = failure_cause(backend, record, result)
     if as_json:
-        click.echo(jsonout.dumps(jsonout.document(result.to_dict())))
+        click.echo(jsonout.dumps(jsonout.document(
+            dict(result.to_dict(), cause=cause.to_dict() if cause else None))))
         return
     click.echo(f"job {result.job_id}  backend {result.backend}  state {result.state.value}")
     if result.reason:
         click.echo(f"reason: {result.reason}")
+    if cause is not None:
+        click.echo(_cause_text(cause))
     if result.log:
         click.echo(f"log: {result.log}")
     rows = [("TASK", "STATE", "HOST", "PID", "EXIT", "NOTE")]

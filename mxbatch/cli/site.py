@@ -118,7 +118,8 @@ def doctor_command(spec_file: Optional[Path], backend: Optional[str], profile: O
         click.echo(f"mxbatch doctor: backend {name}, profile "
                    f"{site.profile_name(profile) or '(none)'}, rendezvous.dir "
                    f"{spec.rendezvous.dir}", err=True)
-    checks = run_checks(spec, name, target, probe=probe, probe_timeout=probe_timeout)
+    checks = run_checks(spec, name, target, probe=probe, probe_timeout=probe_timeout,
+                        with_script=spec_file is not None)
     ok = all(check.ok for check in checks)
     if as_json:
         click.echo(jsonout.dumps(jsonout.document(

@@ -16,6 +16,7 @@ from ..backends.base import Backend, LogReader, load_run_plan
 from ..backends.records import JobRecord
 from ..backends.status import JobState, JobStatus
 from ..errors import WaitTimeout
+from ..runtime import notes
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import Rendezvous
 from ..runtime.states import AbortKind, AbortRecord
@@ -85,14 +86,22 @@ class LogStream:
                           for t in plan.tasks]
 
     def pump(self, final: bool = False) -> None:
-        """Echo the complete new lines (``final``: the rest too)."""
+        """Echo the complete new lines (``final``: the rest too). Within one look, the
+        supervisors' teardown notes (``stopping: <why>``) come after every task's own
+        lines, so that a failing role's last output precedes the others' stopping."""
         now = time.monotonic()
         if not final and now < self._next:
             return
         self._next = now + self.MIN_INTERVAL_S
+        teardown = []
         for tail in self.tails:
             for line in tail.read(final=final):
-                self.echo(line)
+                if notes.is_teardown(line):
+                    teardown.append(line)
+                else:
+                    self.echo(line)
+        for line in teardown:
+            self.echo(line)
 
 
 def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,

@@ -39,7 +39,7 @@ import subprocess
 import time
 from typing import Dict, Iterator, Optional
 
-from . import net, pyhook, wire
+from . import net, notes, pyhook, wire
 from .container import RoleContainer
 from .environ import role_environment
 from .planfile import RunPlan, TaskInfo
@@ -166,7 +166,7 @@ class TaskRunner:
     # ------------------------------------------------------------------ notes and records
     def say(self, message: str) -> None:
         """A supervisor note, in the task's log."""
-        self.write_log(("mxbatch supervisor %s: %s\n" % (self.label, message)).encode())
+        self.write_log(notes.note(self.label, message).encode())
 
     def write_log(self, data: bytes) -> None:
         if self.rdv.append_log(self.task.role, self.task.rank, data):
@@ -180,6 +180,20 @@ class TaskRunner:
         """The role wrote ``data`` (the agent read it from the pipe)."""
         self.write_log(data)
         self._progress_at = mono
+
+    def drain_output(self, mono: float) -> None:
+        """Copy what the role has written and the agent has not read yet into the log,
+        so that its last words come before any note written after them (its exit, the
+        job's teardown). Never blocks; the pipe stays open for the agent to close."""
+        fd = self.output_fd
+        while fd is not None:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:  # BlockingIOError: nothing more for now
+                return
+            if not data:
+                return
+            self.on_output(data, mono)
 
     def close(self) -> None:
         """Release the log; wait (bounded) for the container's removal, if under way."""
@@ -340,6 +354,7 @@ class TaskRunner:
             self.stop(TaskState.SUCCEEDED, "stopped after every worker succeeded", wall, mono)
 
     def _exited(self, code: int, wall: float, mono: float) -> None:
+        self.drain_output(mono)  # the role's last words before the supervisor's
         if (self.task.role is Role.SCHEDULER and code > 0 and self._published is not None
                 and not self._published.listening):  # exited (port taken?), not killed
             self.say("scheduler exited with %s before listening on port %d"
@@ -355,12 +370,17 @@ class TaskRunner:
             self.say("exited with code 0")
             self._finish(TaskState.SUCCEEDED, wall)
             return
-        how = ("was killed by %s" % self.record.signal if code < 0
+        how = self._how(code)
+        self.say(how)
+        raise self.fail("%s %s" % (self.label, how), wall, mono, code, self.record.signal)
+
+    def _how(self, code: int) -> str:
+        """How the role ended: ``exited with code 2``, ``was killed by SIGKILL``."""
+        how = ("was killed by %s" % signal_name(code) if code < 0
                else "exited with code %d" % code)
         if self.container is not None and code in _RUNTIME_EXIT_CODES:
             how += " (%s)" % _RUNTIME_EXIT_CODES[code]
-        self.say(how)
-        raise self.fail("%s %s" % (self.label, how), wall, mono, code, self.record.signal)
+        return how
 
     def _check_listening(self, wall: float, mono: float) -> None:
         published = self._published
@@ -414,6 +434,36 @@ class TaskRunner:
         _killpg(self.proc.pid, signal.SIGTERM)
         _killpg(self.proc.pid, signal.SIGCONT)  # a stopped process sees SIGTERM only now
         self.phase = Phase.STOPPING
+
+    def stop_for_job(self, reason: str, wall: float, mono: float) -> None:
+        """Stop because the job is ending for ``reason`` (another task failed, a cancel):
+        CANCELLED, with a teardown note; but a role that has already ended by itself
+        keeps its own outcome."""
+        if self.phase in (Phase.STOPPING, Phase.DONE):
+            return
+        if self.phase is Phase.RUNNING and self.proc is not None \
+                and self.proc.poll() is not None:
+            self._ended_by_itself(self.proc.returncode, wall, mono)
+            return
+        self.drain_output(mono)
+        self.say(notes.STOPPING + reason)
+        self.stop(TaskState.CANCELLED, "stopped: " + reason, wall, mono)
+
+    def _ended_by_itself(self, code: int, wall: float, mono: float) -> None:
+        """The role ended on its own before this supervisor saw it (another task's failure
+        is stopping the job meanwhile): it keeps its own outcome, FAILED with its own exit
+        code (not CANCELLED by the teardown), or SUCCEEDED."""
+        self.drain_output(mono)
+        self.record.exit_code, self.record.signal = code, signal_name(code)
+        if code == 0:
+            self.say("exited with code 0")
+            self.record.note = ""
+            self._finish(TaskState.SUCCEEDED, wall)
+            return
+        how = self._how(code)
+        self.say(how)
+        self.record.note = how
+        self._finish(TaskState.FAILED, wall)
 
     def _stopping(self, mono: float) -> None:
         assert self.proc is not None and self._final is not None
