@@ -9,6 +9,7 @@ backend.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Dict, List, Type
@@ -34,6 +35,11 @@ def names() -> List[str]:
     return sorted(set(_BUILTIN) | set(_plugins()))
 
 
+def builtin_names() -> List[str]:
+    """The names of the backends mxbatch itself ships, sorted."""
+    return sorted(_BUILTIN)
+
+
 def _plugins() -> Dict[str, str]:
     try:
         group = entry_points(group=GROUP)  # type: ignore[call-arg]
@@ -47,8 +53,9 @@ def backend_class(name: str) -> "Type[Backend]":
     or naming the plugin that cannot be imported."""
     target = _BUILTIN.get(name) or _plugins().get(name)
     if target is None:
-        raise MxbatchError(f"unknown backend {name!r} (available: {', '.join(names())})",
-                           exit_code=2)
+        close = difflib.get_close_matches(str(name), names(), n=1, cutoff=0.5)
+        hint = f"did you mean {close[0]!r}?" if close else f"available: {', '.join(names())}"
+        raise MxbatchError(f"unknown backend {name!r} ({hint})", exit_code=2)
     module_name, _, class_name = target.partition(":")
     try:
         return getattr(importlib.import_module(module_name), class_name)

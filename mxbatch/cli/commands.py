@@ -27,12 +27,11 @@ from ..spec import parse as specs
 from ..spec.schema import DEFAULT_BACKEND
 from . import jsonout
 from . import launch as launchcli
-from .completion import backend_names, job_ids, profile_names
+from .completion import job_ids, profile_names
+from .params import Duration, backend_option
 from .internal import internal_error
 
-_BACKEND = click.option("--backend", "-b", default=None, shell_complete=backend_names,
-                        help="Where to run: local, sge, slurm, yarn, or a plugin's name "
-                             f"(default: the spec's or profile's backend, else {DEFAULT_BACKEND}).")
+_BACKEND = backend_option(f"the spec's or profile's backend, else {DEFAULT_BACKEND}")
 _JSON = click.option("--json", "as_json", is_flag=True,
                      help="Print one JSON document on stdout (schema: docs/reference/json.md).")
 _PROFILE = click.option("--profile", "-p", default=None, metavar="NAME",
@@ -161,11 +160,17 @@ def _record_data(record: records.JobRecord) -> dict:
             "submitted_at": record.submitted_at}
 
 
+def _status_document(record: records.JobRecord, status: JobStatus,
+                     cause: Optional[Cause]) -> dict:
+    """The JSON document of a job's status (``status``, ``wait``, attached commands)."""
+    return jsonout.document(dict(_record_data(record), **status.to_dict(),
+                                 cause=cause.to_dict() if cause else None))
+
+
 def _print_final(backend, record: records.JobRecord, status: JobStatus) -> None:
     """``--json`` of an attached command: the final status, and its cause if it failed."""
-    cause = failure_cause(backend, record, status)
-    click.echo(jsonout.dumps(jsonout.document(dict(
-        _record_data(record), **status.to_dict(), cause=cause.to_dict() if cause else None))))
+    click.echo(jsonout.dumps(_status_document(record, status,
+                                              failure_cause(backend, record, status))))
 
 
 def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *,
@@ -317,8 +322,7 @@ def status(job_id: str, as_json: bool) -> None:
     result = backend.status(record)
     cause = failure_cause(backend, record, result)
     if as_json:
-        click.echo(jsonout.dumps(jsonout.document(
-            dict(result.to_dict(), cause=cause.to_dict() if cause else None))))
+        click.echo(jsonout.dumps(_status_document(record, result, cause)))
         return
     click.echo(f"job {result.job_id}  backend {result.backend}  state {result.state.value}")
     if result.reason:
@@ -401,7 +405,7 @@ def cancel(job_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(jsonout.dumps(jsonout.document(
             {"job_id": job_id, "state": after.state.value, "already_ended": before.terminal,
-             "state_before": before.state.value})))
+             "state_before": before.state.value, "submitted_at": record.submitted_at})))
     if before.terminal:
         _err(f"mxbatch: job {job_id} had already ended ({before.state.value})")
     else:
@@ -410,7 +414,8 @@ def cancel(job_id: str, as_json: bool) -> None:
 
 @main.command(name="wait")
 @click.argument("job_id", shell_complete=job_ids)
-@click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
+@click.option("--timeout", type=Duration(), default=None,
+              help="Give up after this long (600, 90s, 10m, 1h30m; exit 124).")
 @click.option("--logs/--no-logs", "stream_logs", default=False,
               help="Stream the logs of every task, prefixed role[rank].")
 @click.option("--quiet", "-q", is_flag=True, help="Do not show the status line.")
@@ -424,32 +429,13 @@ def wait_command(job_id: str, timeout: Optional[float], stream_logs: bool, quiet
                      cancel_on_interrupt=False, quiet=quiet, as_json=as_json)
 
 
-@main.command(name="list")
-@_JSON
-def list_jobs(as_json: bool) -> None:
-    """List submitted jobs, newest first."""
-    rows = []
-    for record in records.all_records():
-        try:
-            state = jobs.backend_for_record(record).status(record).state.value
-        except (MxbatchError, OSError, ValueError):
-            state = "UNKNOWN"
-        rows.append({"job_id": record.job_id, "backend": record.backend, "state": state,
-                     "submitted": time.strftime("%Y-%m-%d %H:%M:%S",
-                                                time.localtime(record.submitted_at)),
-                     "run_dir": record.run_dir})
-    if as_json:
-        click.echo(jsonout.dumps([jsonout.document(row) for row in rows]))
-        return
-    for row in rows:
-        click.echo(f"{row['job_id']:<32} {row['backend']:<6} {row['state']:<10} "
-                   f"{row['submitted']}")
-
-
 def _add_site_commands() -> None:
     from .completion import completion_command
+    from .listing import clean_command, list_command
     from .site import config_group, doctor_command
 
+    main.add_command(list_command)
+    main.add_command(clean_command)
     main.add_command(config_group)
     main.add_command(doctor_command)
     main.add_command(completion_command)

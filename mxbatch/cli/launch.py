@@ -11,8 +11,8 @@ launch.py                      mxbatch launch
                                when no launcher is given (launch.py's default launcher)
 ``--sync-dst-dir DIR``         ``backends.ssh.sync_dst_dir``: rsync the working directory
                                to DIR on every host and run there
-``--launcher L``               the backend (alias of ``--backend``): local, ssh, mpi, sge,
-                               yarn, slurm
+``--launcher L``               the backend (alias of ``--backend``): launch.py's local,
+                               ssh, mpi, sge, yarn, and every other mxbatch backend
 ``--env NAME``                 the submitter's value of NAME reaches every role (launch
                                jobs inherit the environment: this checks NAME is set and
                                never writes its value anywhere); ``--env NAME=VALUE`` or
@@ -43,12 +43,12 @@ from ..errors import SpecError
 from ..runtime import wire
 from ..spec import config as siteconfig
 from ..spec.schema import JobSpec
-from .completion import backend_names, profile_names
+from .completion import profile_names
+from .params import BackendName, RegistryHelpOption, backend_option
 
 #: click settings of the command: options stop at the command's first word
 CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": False,
            "help_option_names": ["-h", "--help"]}
-LAUNCHERS = ("local", "ssh", "mpi", "sge", "yarn", "slurm")
 #: backends that take hosts (-H) from the command line
 HOST_BACKENDS = ("ssh", "mpi")
 P3_ENV = {wire.DMLC_PS_VAN_TYPE: "p3", wire.DMLC_PS_WATER_MARK: "10"}
@@ -96,11 +96,9 @@ _OPTIONS: List[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--sync-dst-dir", default=None, metavar="DIR",
                  help="ssh: copy the working directory to DIR on every host (rsync) and "
                       "run there (hosts need not share storage)."),
-    click.option("--launcher", type=click.Choice(LAUNCHERS), default=None,
-                 help="Where to run (launch.py's name for --backend)."),
-    click.option("--backend", "-b", default=None, shell_complete=backend_names,
-                 help="Where to run: local (default), ssh, mpi, sge, slurm, yarn, or a "
-                      "plugin's name (default: the profile's backend, else local)."),
+    click.option("--launcher", type=BackendName(), default=None, cls=RegistryHelpOption,
+                 help="Where to run, launch.py's name for --backend: {backends}."),
+    backend_option("the profile's backend, else local"),
     click.option("--profile", "-p", default=None, metavar="NAME", shell_complete=profile_names,
                  help="Site profile of the config file (default: its default_profile)."),
     click.option("--env", "-e", "env", multiple=True, metavar="NAME[=VALUE]",
