@@ -12,7 +12,6 @@ from mxbatch.cli.jsonout import SCHEMA
 from .conftest import FAKEROLE, assert_no_processes
 from .test_local import fake_spec
 
-
 #: RFC 3339 in UTC with milliseconds: every ``*_at`` of every document
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 

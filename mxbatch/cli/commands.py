@@ -4,36 +4,36 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import click
 
 from .. import __version__
 from ..backends import records
 from ..backends.status import JobState, JobStatus
-from ..errors import ExitCode, JobNotFound, MxbatchError
+from ..errors import ExitCode, MxbatchError
 from ..jobs import submit as jobs
 from ..jobs.cause import Cause, failure_cause
-from ..jobs.scripts import missing_scripts
-from ..jobs.follow import LogTail, follow, supervise
+from ..jobs.follow import follow, supervise
 from ..jobs.interrupts import HeldSignals, check_interrupted
-from ..runtime.roles import Role
+from ..jobs.scripts import missing_scripts
 from ..spec import config as siteconfig
 from ..spec import parse as specs
 from ..spec.schema import DEFAULT_BACKEND
 from . import jsonout
 from . import launch as launchcli
 from .completion import job_ids, profile_names
-from .params import Duration, backend_option
 from .internal import internal_error
+from .params import Duration, backend_option
 
 _BACKEND = backend_option(f"the spec's or profile's backend, else {DEFAULT_BACKEND}")
 _JSON = click.option("--json", "as_json", is_flag=True,
-                     help="Print one JSON document on stdout (schema: docs/reference/json.md).")
+                     help=jsonout.OPTION_HELP)
 _PROFILE = click.option("--profile", "-p", default=None, metavar="NAME",
                         shell_complete=profile_names,
                         help="Site profile of the config file (default: its default_profile).")
@@ -73,6 +73,17 @@ class _Main(click.Group):
             return super().make_context(*args, **kwargs)
         except KeyboardInterrupt:
             raise MxbatchError("interrupted", ExitCode.INTERRUPTED) from None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command's whole first sentence, wrapped rather than cut at the width."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def main(self, *args, **kwargs):
         try:
@@ -142,8 +153,8 @@ def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Op
         record = jobs.submit(backend, attached or request)
         if as_json and not wait:
             click.echo(jsonout.dumps(jsonout.document(_record_data(record))))
-        elif not as_json:
-            click.echo(record.job_id)
+        elif not as_json and not (wait and _one_terminal()):
+            click.echo(record.job_id)  # for scripts; a terminal reads it on stderr below
         _err(f"mxbatch: submitted {record.job_id} to {record.backend}; "
              f"run directory {record.run_dir}")
         if attached is not None:
@@ -153,6 +164,15 @@ def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Op
             _follow_and_exit(backend, record, stream_logs=not quiet and not as_json,
                              timeout=None, cancel_on_interrupt=True, quiet=quiet,
                              as_json=as_json, held=held)
+
+
+def _one_terminal() -> bool:
+    """stdout and stderr are the same terminal: an attached job's id, which the
+    ``submitted`` line on stderr names, is then not printed twice."""
+    try:
+        return sys.stdout.isatty() and os.ttyname(1) == os.ttyname(2)
+    except OSError:
+        return False
 
 
 def _record_data(record: records.JobRecord) -> dict:
@@ -259,13 +279,27 @@ def _cause_text(cause: Cause, prefix: str = "") -> str:
 
 
 class _RenderCommand(click.Command):
-    """``render --help`` ends with every backend's ``backends.<name>:`` options."""
+    """``render --help`` ends with the ``backends.<name>:`` options of the backend that
+    ``-b`` names (default: local), or of every backend with ``--all``."""
+
+    def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        # --help is handled while parsing, before -b's value is processed: look ahead
+        ctx.meta["render.all"] = "--all" in args
+        for index, arg in enumerate(args):
+            if arg in ("-b", "--backend") and index + 1 < len(args):
+                ctx.meta["render.backend"] = args[index + 1]
+            elif arg.startswith("--backend="):
+                ctx.meta["render.backend"] = arg.partition("=")[2]
+        return super().parse_args(ctx, args)
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         from ..backends import registry
         from ..spec.typed import describe_fields
 
-        for name in registry.names():
+        chosen = ctx.meta.get("render.backend", DEFAULT_BACKEND)
+        every = ctx.meta.get("render.all", False)
+        shown = registry.names() if every else [chosen]
+        for name in shown:
             try:
                 fields = describe_fields(registry.backend_class(name).options_class)
             except MxbatchError:
@@ -277,6 +311,10 @@ class _RenderCommand(click.Command):
             with formatter.indentation():
                 formatter.write_dl([(f"{f.name} ({f.type}, default {f.default!r})", f.help)
                                     for f in fields])
+        if not every:
+            formatter.write_paragraph()
+            formatter.write_text("Another backend's options: render -b NAME --help; every "
+                                 "backend's: render --help --all.")
 
 
 @main.command(cls=_RenderCommand)
@@ -290,9 +328,11 @@ class _RenderCommand(click.Command):
               help="text: what submit runs; json: the same as data; shell: a bash script "
                    "that starts every role by hand with its DMLC_* variables (local).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (--format json).")
+@click.option("--all", "all_backends", is_flag=True,
+              help="With --help: the options of every backend, not only the chosen one's.")
 def render(spec_file: Path, backend: Optional[str], workers: Optional[int],
            servers: Optional[int], profile: Optional[str], output_format: str,
-           as_json: bool) -> None:
+           as_json: bool, all_backends: bool) -> None:
     """Print exactly what submit would run (per-task argv and env, job scripts)."""
     spec = siteconfig.load_job(spec_file, profile=profile)
     backend = siteconfig.backend_name(spec, backend)
@@ -344,56 +384,6 @@ def status(job_id: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("job_id", shell_complete=job_ids)
-@click.option("--role", type=click.Choice([r.value for r in Role]), default=None,
-              help="Only this role's tasks (without -f and --rank: its rank 0).")
-@click.option("--rank", type=int, default=None,
-              help="Only tasks of this rank; a task the job does not have is an error (exit 4).")
-@click.option("--follow", "-f", is_flag=True, help="Keep printing until the job ends.")
-def logs(job_id: str, role: Optional[str], rank: Optional[int], follow: bool) -> None:
-    """Print the logs of JOB_ID (all tasks prefixed, or one task)."""
-    record = records.load(job_id)
-    backend = jobs.backend_for_record(record)
-    plan_tasks = _chosen_tasks(record, role, rank)
-    if role is not None and not follow:
-        task = min(plan_tasks, key=lambda t: t.rank)  # --role alone: its rank 0
-        for line in backend.logs(record, task.role, task.rank):
-            click.echo(line, nl=False)
-        return
-    width = max([len(t.label) for t in plan_tasks] or [1])
-    tails = [LogTail(Path(record.layout.task_log(t.role.value, t.rank)),
-                     f"{t.label:<{width}} | ", backend.log_reader(record, t.role, t.rank))
-             for t in plan_tasks]
-    while True:
-        done = not follow or backend.status(record).terminal
-        for tail in tails:
-            for line in tail.read(final=done):
-                click.echo(line)
-        if done:
-            return
-        time.sleep(0.25)
-
-
-def _plan_tasks(record: records.JobRecord):
-    from ..backends.base import load_run_plan
-
-    return load_run_plan(record).tasks
-
-
-def _chosen_tasks(record: records.JobRecord, role: Optional[str], rank: Optional[int]):
-    """The job's tasks that ``--role``/``--rank`` select; JobNotFound (exit 4) naming the
-    job's tasks when they select none."""
-    tasks = _plan_tasks(record)
-    chosen = [t for t in tasks
-              if (role is None or t.role == role) and (rank is None or t.rank == rank)]
-    if not chosen:
-        wanted = f"{role or 'any role'}[{'any rank' if rank is None else rank}]"
-        raise JobNotFound(f"job {record.job_id} has no task {wanted}; its tasks: "
-                          + ", ".join(t.label for t in tasks))
-    return chosen
-
-
-@main.command()
-@click.argument("job_id", shell_complete=job_ids)
 @_JSON
 def cancel(job_id: str, as_json: bool) -> None:
     """Stop JOB_ID; nothing of it stays queued or running. A no-op on an ended job."""
@@ -432,9 +422,11 @@ def wait_command(job_id: str, timeout: Optional[float], stream_logs: bool, quiet
 def _add_site_commands() -> None:
     from .completion import completion_command
     from .listing import clean_command, list_command
+    from .logs import logs_command
     from .site import config_group, doctor_command
 
     main.add_command(list_command)
+    main.add_command(logs_command)
     main.add_command(clean_command)
     main.add_command(config_group)
     main.add_command(doctor_command)

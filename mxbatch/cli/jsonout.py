@@ -23,6 +23,11 @@ from typing import Any, Dict, Mapping, Optional
 #: carry ``submitted_at`` (was ``submitted``, local time), ``status`` carries it too
 SCHEMA = 2
 
+#: the help of every ``--json`` option: where the shapes are described, on the
+#: documentation site (the installed package has no docs folder)
+OPTION_HELP = ("Print one JSON document on stdout (its shape: \"JSON output\" in the "
+               "documentation, page reference/json/).")
+
 #: the suffix of every key that holds a time
 TIME_SUFFIX = "_at"
 

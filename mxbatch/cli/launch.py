@@ -43,6 +43,7 @@ from ..errors import SpecError
 from ..runtime import wire
 from ..spec import config as siteconfig
 from ..spec.schema import JobSpec
+from . import jsonout
 from .completion import profile_names
 from .params import BackendName, RegistryHelpOption, backend_option
 
@@ -129,7 +130,7 @@ _OPTIONS: List[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--quiet", "-q", is_flag=True,
                  help="Do not stream logs nor show the status line."),
     click.option("--json", "as_json", is_flag=True,
-                 help="Print one JSON document on stdout (schema: docs/reference/json.md)."),
+                 help=jsonout.OPTION_HELP),
     click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED),
 ]
 

@@ -41,7 +41,7 @@ def _table(rows: List[List[str]]) -> str:
 @click.option("-n", "--last", type=click.IntRange(min=1), default=None,
               help="Only the newest N jobs (of those the filters select).")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON document a job, in a list (the JSON output page).")
+              help=jsonout.OPTION_HELP)
 def list_command(state: Optional[str], backend: Optional[str], last: Optional[int],
                  as_json: bool) -> None:
     """List submitted jobs, newest first: state, submission time, duration."""
@@ -73,7 +73,7 @@ def list_command(state: Optional[str], backend: Optional[str], last: Optional[in
 @click.option("--backend", "-b", type=BackendName(), default=None, cls=RegistryHelpOption,
               help="Only jobs of this backend: {backends}.")
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option("--json", "as_json", is_flag=True, help=jsonout.OPTION_HELP)
 def clean_command(older_than: float, state: str, backend: Optional[str], dry_run: bool,
                   as_json: bool) -> None:
     """Remove the run directories and records of old ended jobs (never a running one)."""

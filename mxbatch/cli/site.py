@@ -13,8 +13,8 @@ from ..spec import config as siteconfig
 from ..spec.located import KeyPath
 from . import jsonout
 from .completion import profile_names
-from .params import Duration, backend_option
 from .effective import Setting, effective_settings, format_settings
+from .params import Duration, backend_option
 
 #: keys that belong to one job; left out when no SPEC is given
 _JOB_KEYS = ("name", "workdir")
@@ -25,7 +25,7 @@ PROFILE = click.option("--profile", "-p", default=None, metavar="NAME",
                        help="Site profile of the config file (default: its default_profile).")
 BACKEND = backend_option("the spec's or profile's backend, else local")
 JSON = click.option("--json", "as_json", is_flag=True,
-                    help="Print one JSON document on stdout (schema: docs/reference/json.md).")
+                    help=jsonout.OPTION_HELP)
 
 
 @click.group(name="config")

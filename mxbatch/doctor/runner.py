@@ -24,10 +24,10 @@ import mxbatch
 
 from .. import __version__
 from ..backends import bundle
-from ..runtime import net
-from ..spec.schema import JobSpec
 from ..jobs.scripts import missing_scripts, script_of
+from ..runtime import net
 from ..runtime.roles import Role
+from ..spec.schema import JobSpec
 from .checks import (
     COMMAND_TIMEOUT_S,
     Check,

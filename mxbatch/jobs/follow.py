@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
 from ..backends.base import Backend, LogReader, load_run_plan
 from ..backends.records import JobRecord
@@ -51,10 +51,18 @@ class LogTail:
         except OSError:
             return None
 
-    def read(self, final: bool = False):
+    def read(self, final: bool = False) -> Iterator[str]:
+        """The new complete lines, prefixed (``final``: a last incomplete one too)."""
+        for _, line in self.read_lines(final):
+            yield self.prefix + line
+
+    def read_lines(self, final: bool = False) -> Iterator[Tuple[int, str]]:
+        """``(offset, line)`` of each new complete line, not prefixed: where it starts
+        in the file (for its time, ``logfile.time_at``)."""
         data = self._read_from(self.offset, final)
         if data is None:
             return
+        start = self.offset - len(self.partial)
         self.offset += len(data)
         data = self.partial + data
         lines = data.split(b"\n")
@@ -63,7 +71,20 @@ class LogTail:
             lines.append(self.partial)
             self.partial = b""
         for line in lines:
-            yield self.prefix + line.decode(errors="replace")
+            yield start, line.decode(errors="replace")
+            start += len(line) + 1
+
+    def skip_to_last(self, count: int) -> None:
+        """Start at the last ``count`` lines of what the file holds now (``logs --tail``)."""
+        data = self._read_from(0, True) or b""
+        end = len(data) - (1 if data.endswith(b"\n") else 0)
+        start = end
+        for _ in range(count):
+            start = data.rfind(b"\n", 0, start)
+            if start < 0:
+                break
+        self.offset = 0 if start < 0 else start + 1
+        self.partial = b""
 
 
 class LogStream:

@@ -42,6 +42,7 @@ from typing import Dict, Iterator, Optional
 from . import net, notes, pyhook, wire
 from .container import RoleContainer
 from .environ import role_environment
+from .logfile import TaskLog
 from .planfile import RunPlan, TaskInfo
 from .procstat import GroupStat
 from .rendezvous import Backoff, Rendezvous
@@ -133,7 +134,8 @@ class TaskRunner:
         self.dirty = True
         self.proc: Optional[subprocess.Popen] = None
         self.output_fd: Optional[int] = None
-        self._log: Optional[int] = None
+        self._log = TaskLog(self.log_path,
+                            plan.layout.task_log_times(task.role.value, task.rank))
         # scheduler
         self._ports: Optional[Iterator[int]] = None
         self._published: Optional[SchedulerRecord] = None
@@ -171,10 +173,7 @@ class TaskRunner:
     def write_log(self, data: bytes) -> None:
         if self.rdv.append_log(self.task.role, self.task.rank, data):
             return  # the rendezvous keeps the log (an ssh host's agent: the submit host)
-        if self._log is None:
-            os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
-            self._log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.write(self._log, data)
+        self._log.write(data)
 
     def on_output(self, data: bytes, mono: float) -> None:
         """The role wrote ``data`` (the agent read it from the pipe)."""
@@ -199,9 +198,7 @@ class TaskRunner:
         """Release the log; wait (bounded) for the container's removal, if under way."""
         if self.container is not None:
             self.container.wait_removed()
-        if self._log is not None:
-            os.close(self._log)
-            self._log = None
+        self._log.close()
 
     def _set(self, state: TaskState, note: Optional[str] = None) -> None:
         self.record.state = state
