@@ -9,7 +9,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import click
 
@@ -24,6 +24,7 @@ from ..jobs.interrupts import HeldSignals, check_interrupted
 from ..jobs.scripts import missing_scripts
 from ..spec import config as siteconfig
 from ..spec import parse as specs
+from ..spec.envflags import common_env
 from ..spec.schema import DEFAULT_BACKEND
 from . import jsonout
 from . import launch as launchcli
@@ -37,6 +38,11 @@ _JSON = click.option("--json", "as_json", is_flag=True,
 _PROFILE = click.option("--profile", "-p", default=None, metavar="NAME",
                         shell_complete=profile_names,
                         help="Site profile of the config file (default: its default_profile).")
+_NAME = click.option("--name", default=None, help="The job's name (overrides the spec's).")
+_ENV = click.option("--env", "-e", "env", multiple=True, metavar="NAME[=VALUE]",
+                    help="NAME=VALUE: set it for every role (over the spec's env); NAME: check "
+                         "that the submitter's NAME is set (roles inherit it). Repeatable.")
+_EXTRA_ARGS = click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
 _WORKERS = click.option("-n", "--workers", type=int, default=None,
                         help="Number of workers (overrides the spec).")
 _SERVERS = click.option("-s", "--servers", type=int, default=None,
@@ -113,17 +119,33 @@ def main() -> None:
               help="Follow the job, stream its logs and exit with its outcome.")
 @click.option("--quiet", "-q", is_flag=True,
               help="With --wait: do not stream logs nor show the status line.")
+@_NAME
+@_ENV
 @_JSON
+@_EXTRA_ARGS
 def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
            servers: Optional[int], profile: Optional[str], wait: bool, quiet: bool,
-           as_json: bool) -> None:
-    """Submit the job described by SPEC_FILE; print its id."""
-    spec = siteconfig.load_job(spec_file, profile=profile)
+           name: Optional[str], env: Tuple[str, ...], as_json: bool,
+           extra_args: Tuple[str, ...]) -> None:
+    """Submit the job described by SPEC_FILE; print its id.
+
+    Arguments after -- are appended to every role's command:
+    mxbatch submit job.yaml -- --epochs 3
+    """
+    spec = _spec_with_flags(spec_file, profile, name, env, extra_args)
     _submit_and_maybe_follow(spec, siteconfig.backend_name(spec, backend), workers, servers,
                              wait, quiet, as_json)
 
 
-@main.command(context_settings=launchcli.CONTEXT)
+def _spec_with_flags(spec_file: Path, profile: Optional[str], name: Optional[str],
+                     env: Tuple[str, ...], extra_args: Tuple[str, ...]) -> specs.JobSpec:
+    """The spec of ``submit``/``render`` with ``--name``, ``--env`` and ``-- ARGS``."""
+    spec = siteconfig.load_job(spec_file, profile=profile)
+    return specs.with_overrides(spec, name=name, env=common_env(env, os.environ),
+                                extra_args=extra_args)
+
+
+@main.command(cls=launchcli.LaunchCommand, context_settings=launchcli.CONTEXT)
 @launchcli.options
 def launch(**flags) -> None:
     """Run COMMAND for every role: MXNet's launch.py command line (no spec file).
@@ -134,6 +156,13 @@ def launch(**flags) -> None:
     mxbatch launch -n 2 -H hosts --launcher ssh python3 train.py --kvstore dist_sync
     """
     spec, backend, args = launchcli.launch_job(flags)
+    launchcli.warn_misplaced_flags(args)
+    if args.render == launchcli.RENDER_YAML:
+        click.echo(launchcli.spec_yaml(args, backend), nl=False)
+        return
+    if args.render:
+        _render(spec, backend, args.render, None, None)
+        return
     _submit_and_maybe_follow(spec, backend, None, None, not args.detach, args.quiet,
                              args.as_json)
 
@@ -330,12 +359,22 @@ class _RenderCommand(click.Command):
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (--format json).")
 @click.option("--all", "all_backends", is_flag=True,
               help="With --help: the options of every backend, not only the chosen one's.")
+@_NAME
+@_ENV
+@_EXTRA_ARGS
 def render(spec_file: Path, backend: Optional[str], workers: Optional[int],
            servers: Optional[int], profile: Optional[str], output_format: str,
-           as_json: bool, all_backends: bool) -> None:
+           as_json: bool, all_backends: bool, name: Optional[str], env: Tuple[str, ...],
+           extra_args: Tuple[str, ...]) -> None:
     """Print exactly what submit would run (per-task argv and env, job scripts)."""
-    spec = siteconfig.load_job(spec_file, profile=profile)
-    backend = siteconfig.backend_name(spec, backend)
+    spec = _spec_with_flags(spec_file, profile, name, env, extra_args)
+    _render(spec, siteconfig.backend_name(spec, backend), "json" if as_json else output_format,
+            workers, servers)
+
+
+def _render(spec: specs.JobSpec, backend: str, output_format: str, workers: Optional[int],
+            servers: Optional[int]) -> None:
+    """``render``'s output (and ``launch --render``'s): text, json or shell."""
     if output_format == "shell":
         from ..jobs.shellscript import render_script
 
@@ -343,7 +382,7 @@ def render(spec_file: Path, backend: Optional[str], workers: Optional[int],
         return
     _, request = jobs.prepare(spec, backend, workers=workers, servers=servers,
                               for_submit=False)
-    if as_json or output_format == "json":
+    if output_format == "json":
         click.echo(jsonout.dumps(request.to_dict()))
     else:
         click.echo(request.describe(), nl=False)

@@ -117,6 +117,26 @@ def with_counts(spec: JobSpec, workers: Optional[int] = None,
     return dataclasses.replace(spec, roles=roles)
 
 
+def with_overrides(spec: JobSpec, *, name: Optional[str] = None,
+                   env: Optional[Dict[str, str]] = None,
+                   extra_args: Sequence[str] = ()) -> JobSpec:
+    """The spec with command-line overrides: the job ``name`` (``--name``), variables
+    for every role over the spec's (``--env``), and ``extra_args`` appended to every
+    role's command (``submit SPEC -- ARGS``)."""
+    changes: Dict[str, Any] = {}
+    if name is not None:
+        try:
+            changes["name"] = _name(name, ())
+        except ValueError as exc:
+            raise SpecError(str(exc), key="--name") from None
+    if env:
+        changes["env"] = dict(spec.env, **env)
+    if extra_args:
+        changes["roles"] = {role: dataclasses.replace(role_spec, command=tuple(
+            role_spec.command) + tuple(extra_args)) for role, role_spec in spec.roles.items()}
+    return dataclasses.replace(spec, **changes) if changes else spec
+
+
 # --------------------------------------------------------------------------- sections
 
 
