@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Dict, List, Mapping, Optional
+import statistics
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from ..runtime.metrics import SAMPLES_PER_SEC
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import TaskKey
 from ..runtime.roles import Role
 from ..runtime.states import AbortKind, AbortRecord, TaskRecord, TaskState
 from ..runtime.watch import workers_succeeded
 from ..spec.typed import to_data
+
+#: a running worker below this fraction of its peers' median throughput is a straggler
+STRAGGLER_RATIO = 0.5
 
 
 class NativeState(str, enum.Enum):
@@ -50,6 +55,14 @@ class TaskStatus:
     native: Optional[str] = None
     started_at: Optional[float] = None
     ended_at: Optional[float] = None
+    #: the latest metrics the role printed (``runtime.metrics``)
+    metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
+    #: MXNet's rank of a worker (``kv.rank``) when known: see ``psrank``
+    kv_rank: Optional[int] = None
+
+    @property
+    def samples_per_sec(self) -> Optional[float]:
+        return self.metrics.get(SAMPLES_PER_SEC)
 
     @property
     def label(self) -> str:
@@ -67,6 +80,11 @@ class JobStatus:
     terminal: bool = False
     #: the task whose failure ended the job (``worker[1]``), when one did
     cause_task: str = ""
+    #: the workers' latest throughput together (running workers; all of them once none
+    #: runs), None while no worker reported one
+    samples_per_sec: Optional[float] = None
+    #: running workers far slower than their peers (``stragglers``)
+    stragglers: List[str] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         return to_data(self)
@@ -94,9 +112,10 @@ def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
                                   (native_ids or {}).get(key)))
     active = any(t.state.active for t in tasks)
     queued = any(t.state is TaskState.PENDING for t in tasks)
+    total, slow = throughput(tasks)
     lost = [t for t in tasks if t.state is TaskState.LOST]
     status = JobStatus(job_id=plan.job_id, backend=backend, state=JobState.RUNNING,
-                       tasks=tasks)
+                       tasks=tasks, samples_per_sec=total, stragglers=slow)
     if abort is not None:
         status.state = (JobState.CANCELLED if abort.kind is AbortKind.CANCELLED
                         else JobState.FAILED)
@@ -118,6 +137,23 @@ def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
     elif not active:
         status.state = JobState.PENDING
     return status
+
+
+def throughput(tasks: List[TaskStatus]) -> Tuple[Optional[float], List[str]]:
+    """The workers' samples/s together, and the stragglers: running workers whose
+    throughput is below ``STRAGGLER_RATIO`` of the median of the other running
+    workers' (at least two workers must report one)."""
+    workers = [t for t in tasks if t.role is Role.WORKER and t.samples_per_sec is not None]
+    running = [t for t in workers if t.state is TaskState.RUNNING]
+    counted = running or workers
+    total = round(sum(t.samples_per_sec or 0.0 for t in counted), 2) if counted else None
+    slow = []
+    if len(running) >= 2:
+        for task in running:
+            peers = [t.samples_per_sec or 0.0 for t in running if t is not task]
+            if (task.samples_per_sec or 0.0) < STRAGGLER_RATIO * statistics.median(peers):
+                slow.append(task.label)
+    return total, slow
 
 
 def _cause_task(abort: AbortRecord, tasks: List[TaskStatus]) -> str:
@@ -147,4 +183,4 @@ def _task_status(role: Role, rank: int, record: Optional[TaskRecord], native: Na
     return TaskStatus(role=role, rank=rank, state=state, host=record.host, pid=record.pid,
                       exit_code=record.exit_code, signal=record.signal, note=note,
                       log=record.log, native=native_id, started_at=record.started_at,
-                      ended_at=record.ended_at)
+                      ended_at=record.ended_at, metrics=dict(record.metrics))

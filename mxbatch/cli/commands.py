@@ -31,6 +31,7 @@ from . import launch as launchcli
 from .completion import job_ids, profile_names
 from .internal import internal_error
 from .params import Duration, backend_option
+from .tables import task_table, throughput_text
 
 _BACKEND = backend_option(f"the spec's or profile's backend, else {DEFAULT_BACKEND}")
 _JSON = click.option("--json", "as_json", is_flag=True,
@@ -410,15 +411,9 @@ def status(job_id: str, as_json: bool) -> None:
         click.echo(_cause_text(cause))
     if result.log:
         click.echo(f"log: {result.log}")
-    rows = [("TASK", "STATE", "HOST", "PID", "EXIT", "NOTE")]
-    for task in result.tasks:
-        exit_text = task.signal or ("" if task.exit_code is None else str(task.exit_code))
-        rows.append((task.label, task.state.value, task.host, str(task.pid or ""), exit_text,
-                     task.note))
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    for row in rows:
-        click.echo("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5]))
-                   + "  " + row[5])
+    if result.samples_per_sec is not None:
+        click.echo(f"throughput: {throughput_text(result)}")
+    click.echo(task_table(result), nl=False)
 
 
 @main.command()

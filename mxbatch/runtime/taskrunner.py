@@ -43,6 +43,7 @@ from . import net, notes, pyhook, wire
 from .container import RoleContainer
 from .environ import role_environment
 from .logfile import TaskLog
+from .metrics import MetricReader
 from .planfile import RunPlan, TaskInfo
 from .procstat import GroupStat
 from .rendezvous import Backoff, Rendezvous
@@ -156,6 +157,7 @@ class TaskRunner:
                                         task.role.value, task.rank)
                           if plan.container is not None else None)
         self._escalated = False  # SIGKILL after the grace period was sent
+        self._metrics = MetricReader()
 
     @property
     def label(self) -> str:
@@ -176,9 +178,13 @@ class TaskRunner:
         self._log.write(data)
 
     def on_output(self, data: bytes, mono: float) -> None:
-        """The role wrote ``data`` (the agent read it from the pipe)."""
+        """The role wrote ``data`` (the agent read it from the pipe). Metrics it printed
+        go into the record, which the next heartbeat writes (no extra file operations)."""
         self.write_log(data)
         self._progress_at = mono
+        if self._metrics.feed(data, time.time()):
+            self.record.metrics = dict(self._metrics.latest)
+            self.record.metrics_at = self._metrics.changed_at
 
     def drain_output(self, mono: float) -> None:
         """Copy what the role has written and the agent has not read yet into the log,

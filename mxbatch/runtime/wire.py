@@ -20,6 +20,9 @@ ROLE = "MXBATCH_ROLE"
 #: the task's rank within its role, as the role sees it
 RANK = "MXBATCH_RANK"
 
+#: a line a role prints to report metrics: ``MXBATCH_METRIC samples_per_sec=123.4``
+METRIC_LINE = "MXBATCH_METRIC"
+
 #: the prefixes of mxbatch's and ps-lite's variables: never inherited from the submitter
 OWN_PREFIXES = ("DMLC_", "MXBATCH_")
 
