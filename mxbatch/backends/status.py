@@ -19,6 +19,7 @@ from ..runtime.roles import Role
 from ..runtime.states import AbortKind, AbortRecord, TaskRecord, TaskState
 from ..runtime.watch import workers_succeeded
 from ..spec.typed import to_data
+from .psrank import kv_ranks
 
 #: a running worker below this fraction of its peers' median throughput is a straggler
 STRAGGLER_RATIO = 0.5
@@ -110,6 +111,7 @@ def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
         tasks.append(_task_status(info.role, info.rank, records.get(key),
                                   native.get(key, NativeState.UNKNOWN), abort,
                                   (native_ids or {}).get(key)))
+    _set_kv_ranks(tasks, records)
     active = any(t.state.active for t in tasks)
     queued = any(t.state is TaskState.PENDING for t in tasks)
     total, slow = throughput(tasks)
@@ -137,6 +139,18 @@ def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
     elif not active:
         status.state = JobState.PENDING
     return status
+
+
+def _set_kv_ranks(tasks: List[TaskStatus], records: Mapping[TaskKey, TaskRecord]) -> None:
+    """Each worker's ``kv_rank``, once every worker has an address (``psrank``)."""
+    workers = [t for t in tasks if t.role is Role.WORKER]
+    addresses = []
+    for task in workers:
+        record = records.get((task.role, task.rank))
+        addresses.append((task.label, record.address if record is not None else ""))
+    ranks = kv_ranks(addresses)
+    for task in workers:
+        task.kv_rank = ranks.get(task.label)
 
 
 def throughput(tasks: List[TaskStatus]) -> Tuple[Optional[float], List[str]]:

@@ -117,6 +117,9 @@ class TaskRecord:
     # Speedometer, or MXBATCH_METRIC lines) and when they last changed
     metrics: Dict[str, float] = field(default_factory=dict)
     metrics_at: Optional[float] = None
+    # where a server or worker listens (``ip:port``), when its supervisor chose the port:
+    # ps-lite's rank order follows it (``backends.psrank``)
+    address: str = ""
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)

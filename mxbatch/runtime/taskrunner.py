@@ -308,7 +308,15 @@ class TaskRunner:
         except (net.NetworkError, OSError) as exc:
             raise self.fail("%s: %s" % (self.label, exc), wall, mono) from None
         self._scheduler = info
-        self._popen(wire.rendezvous_environment(info.ip, info.port, my_ip), wall, mono)
+        env = wire.rendezvous_environment(info.ip, info.port, my_ip)
+        port = None
+        if self.container is None:  # (a container gets the rendezvous variables only)
+            port = net.member_port(self.plan.port_low, self.plan.port_high, self.task.index,
+                                   len(self.plan.tasks), my_ip, avoid=info.port)
+        if port is not None:
+            env[wire.PS_NODE_PORT] = str(port)
+        self.record.address = "%s:%d" % (my_ip, port) if port is not None else ""
+        self._popen(env, wall, mono)
 
     # ------------------------------------------------------------------ stepping
     def step(self, wall: float, mono: float, workers_done_seen: Optional[float]) -> None:

@@ -38,6 +38,10 @@ DMLC_INTERFACE = "DMLC_INTERFACE"
 DMLC_PS_VAN_TYPE = "DMLC_PS_VAN_TYPE"
 DMLC_PS_WATER_MARK = "DMLC_PS_WATER_MARK"
 
+#: ps-lite's own generic variable: the port a server or worker binds (its supervisor
+#: sets it so that ps-lite's rank order follows mxbatch's: ``net.member_port``)
+PS_NODE_PORT = "PORT"
+
 #: known only when the role starts (the scheduler's address), so set by its supervisor
 RENDEZVOUS_VARIABLES = (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NODE_HOST)
 
