@@ -20,6 +20,8 @@ from mxbatch.runtime import procs
 from mxbatch.runtime.layout import RunLayout
 from mxbatch.runtime.planfile import RunPlan
 
+from .polling import poll
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 FAKEROLE = Path(__file__).resolve().parent / "fakerole.py"
@@ -102,6 +104,13 @@ class Cli:
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)
 
+    def run_dir(self, job: str) -> Path:
+        """The job's run directory: the one its record names, else the default place."""
+        record = self.home / "jobs" / f"{job}.json"
+        if record.is_file():
+            return Path(json.loads(record.read_text())["run_dir"])
+        return self.run_dir(job)
+
     def run_dirs(self) -> List[Path]:
         runs = self.home / "runs"
         return sorted(runs.iterdir()) if runs.is_dir() else []
@@ -114,13 +123,10 @@ def cli(home) -> Cli:
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
     """Poll ``predicate`` until truthy; fail the test naming ``what`` at the deadline."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+    value = poll(predicate, bool, timeout, interval)
+    if not value:
+        pytest.fail(f"timed out after {timeout}s waiting for {what}")
+    return value
 
 
 def task_record(run_dir: Path, role: str, rank: int) -> Optional[dict]:
@@ -238,3 +244,15 @@ def interrupt(proc: subprocess.Popen, timeout: float, what: str = "mxbatch") -> 
     except subprocess.TimeoutExpired:
         proc.kill()
         pytest.fail(f"{what} still running {timeout:g} s after SIGINT:\n{proc.communicate()}")
+
+
+@pytest.fixture
+def sge(home) -> "Cli":
+    """The CLI with the SGE test cell's environment (ci/clusters/sge-up.sh)."""
+    return Cli(home, cluster_environment("sge"))
+
+
+@pytest.fixture
+def slurm(home) -> "Cli":
+    """The CLI with the Slurm test cluster's environment (ci/clusters/slurm-up.sh)."""
+    return Cli(home, cluster_environment("slurm"))

@@ -30,6 +30,8 @@ from typing import Callable, ContextManager, Dict, List, Optional
 from mxbatch.runtime import procs
 from mxbatch.runtime.layout import RunLayout
 
+from .polling import poll
+
 FAKEROLE = Path(__file__).resolve().parent / "fakerole.py"
 #: the short timeouts every cell's job runs with
 TIMEOUTS = "grace: 2s, heartbeat_timeout: 6s, stall_timeout: 6s"
@@ -238,7 +240,7 @@ def write_spec(tmp_path: Path, profile: Profile, fault: Fault, port: int) -> Pat
 
 
 def _records(cli, job: str) -> Dict[str, dict]:
-    layout = RunLayout(str(cli.home / "runs" / job))
+    layout = RunLayout(str(cli.run_dir(job)))
     found = {}
     for name in ("scheduler-0", "server-0", "worker-0", "worker-1"):
         role, rank = name.rsplit("-", 1)
@@ -250,7 +252,7 @@ def _records(cli, job: str) -> Dict[str, dict]:
 
 
 def _listening(cli, job: str) -> bool:
-    path = Path(RunLayout(str(cli.home / "runs" / job)).scheduler)
+    path = Path(RunLayout(str(cli.run_dir(job))).scheduler)
     try:
         return bool(json.loads(path.read_text()).get("listening"))
     except (OSError, ValueError):
@@ -259,13 +261,13 @@ def _listening(cli, job: str) -> bool:
 
 def _wait_running(cli, job: str, deadline_s: float = 180) -> Dict[str, dict]:
     """Every task's record once all run and the scheduler listens."""
-    end = time.time() + deadline_s
-    while time.time() < end:
-        records = _records(cli, job)
-        if (all(r.get("state") == "RUNNING" and r.get("pid") for r in records.values())
-                and _listening(cli, job)):
-            return records
-        time.sleep(0.2)
+    def ready(records: Dict[str, dict]) -> bool:
+        return (all(r.get("state") == "RUNNING" and r.get("pid") for r in records.values())
+                and _listening(cli, job))
+
+    records = poll(lambda: _records(cli, job), ready, deadline_s)
+    if ready(records):
+        return records
     raise AssertionError(f"{job}: the tasks did not all run within {deadline_s}s: "
                          + ", ".join(f"{k} {v.get('state')}" for k, v in records.items())
                          + f"; scheduler listening: {_listening(cli, job)}")
@@ -303,9 +305,8 @@ def run_cell(cli, profile: Profile, fault: Fault, tmp_path: Path) -> Cell:
         if fault in (Fault.NEVER_STARTS, Fault.PORT_TAKEN):
             injected = time.time()
         elif fault is Fault.CANCEL_QUEUED:
-            end = time.time() + 60  # some tasks may start: the starved ones stay queued
-            while time.time() < end and not _records(cli, job)["scheduler-0"].get("state"):
-                time.sleep(0.2)
+            # some tasks may start: the starved ones stay queued
+            poll(lambda: _records(cli, job)["scheduler-0"].get("state"), bool, 60)
             injected = time.time()
         else:
             records = _wait_running(cli, job)
@@ -335,11 +336,8 @@ def run_cell(cli, profile: Profile, fault: Fault, tmp_path: Path) -> Cell:
             problems.append(f"state {status['state']}")
         if not re.search(EXPECTED[fault], reason):
             problems.append(f"reason does not match {EXPECTED[fault]!r}")
-        left = procs.job_processes(job)
-        end = time.time() + LEFT_S  # what the batch system still has to reap
-        while left and time.time() < end:
-            time.sleep(0.2)
-            left = procs.job_processes(job)
+        # what the batch system still has to reap
+        left = poll(lambda: procs.job_processes(job), lambda pids: not pids, LEFT_S)
         if left:
             procs.kill_all(left)
             problems.append(f"processes left: {left}")

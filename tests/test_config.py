@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mxbatch.backends.registry import load_site_config, options_for
 from mxbatch.cli.jsonout import SCHEMA
 from mxbatch.errors import SpecError
 from mxbatch.runtime.roles import Role
@@ -52,7 +53,7 @@ def test_profile_supplies_queue_rendezvous_dir_and_counts(site, tmp_path):
     assert spec.role(Role.SERVER).count == 1          # the spec wins over the profile
     assert spec.network.port_low == 9100              # the defaults block
     assert spec.env == {"SITE": "everyone"}
-    options = spec.backend_options["sge"]
+    options = options_for(spec, "sge")
     assert (options.queue, options.project, options.pe) == ("gpu.q", "ml", "smp")
 
 
@@ -118,7 +119,7 @@ def test_bad_profile_is_a_file_line_key_error(tmp_path, monkeypatch, profile, li
     path = write_spec(tmp_path / "config.yaml", f"# site\nprofiles:\n  p:\n    {profile}\n")
     monkeypatch.setenv("MXBATCH_CONFIG", str(path))
     with pytest.raises(SpecError) as error:
-        siteconfig.load_config()
+        load_site_config()
     assert (error.value.path, error.value.line, error.value.key) == (path, line, key)
     assert words in str(error.value)
 

@@ -30,6 +30,7 @@ from .conftest import (
     task_record,
     wait_for,
 )
+from .polling import poll
 from .test_mxnet_local import assert_trained
 
 pytestmark = pytest.mark.containers
@@ -74,11 +75,7 @@ def containers_of(env: Dict[str, str], job_id: str) -> List[str]:
 
 
 def assert_no_containers(env: Dict[str, str], job_id: str, timeout: float = 10.0) -> None:
-    deadline = time.time() + timeout
-    left = containers_of(env, job_id)
-    while left and time.time() < deadline:
-        time.sleep(0.5)
-        left = containers_of(env, job_id)
+    left = poll(lambda: containers_of(env, job_id), lambda found: not found, timeout, 0.5)
     if left:
         for item in left:
             runtime, name = item.split(":", 1)
@@ -109,13 +106,13 @@ def fake_job(tmp_path: Path, env: Dict[str, str], runtime: str, *, workers: int 
 
 def log_of(cli: Cli, job: str, task: str) -> str:
     try:
-        return (cli.home / "runs" / job / "logs" / f"{task}.log").read_text(errors="replace")
+        return (cli.run_dir(job) / "logs" / f"{task}.log").read_text(errors="replace")
     except OSError:
         return ""
 
 
 def abort_of(cli: Cli, job: str) -> dict:
-    return json.loads((cli.home / "runs" / job / "abort.json").read_text())
+    return json.loads((cli.run_dir(job) / "abort.json").read_text())
 
 
 def container_main_pid(env: Dict[str, str], runtime: str, name: str) -> int:
@@ -152,7 +149,7 @@ def test_example_job_trains_with_every_role_in_a_container(ccli, ctr_env, exampl
                         ("server[1]", "server"), ("worker[0]", "worker"),
                         ("worker[1]", "worker")):
         assert f"{label:<12} | mxbatch-test: {role} in a {runtime} container" in result.stdout
-    run_dir = ccli.home / "runs" / job
+    run_dir = ccli.run_dir(job)
     assert list((run_dir / "containers").iterdir()) == []  # env files removed
     assert_no_containers(ctr_env, job)
     assert_no_processes(job)
@@ -233,7 +230,7 @@ def test_a_killed_client_fails_the_job_and_its_container_is_removed(ccli, ctr_en
                     worker_env={"FAKE_SLEEP": "120", "FAKE_TICK": "1"})
     job = ccli.submit(spec)
     wait_for(lambda: "tick" in log_of(ccli, job, "worker-0"), 120, "the worker's output")
-    client = task_record(ccli.home / "runs" / job, "worker", 0)["pid"]
+    client = task_record(ccli.run_dir(job), "worker", 0)["pid"]
     os.kill(client, signal.SIGKILL)
     killed = time.time()
     result = ccli.run("wait", job, "--timeout", "60")
@@ -283,7 +280,7 @@ def test_cancel_removes_every_container(ccli, ctr_env, tmp_path):
                     worker_env={"FAKE_SLEEP": "120", "FAKE_TICK": "1"})
     job = ccli.submit(spec)
     wait_for(lambda: "tick" in log_of(ccli, job, "worker-0"), 120, "the worker's output")
-    env_file = ccli.home / "runs" / job / "containers" / "worker-0.env"
+    env_file = ccli.run_dir(job) / "containers" / "worker-0.env"
     wait_for(lambda: not env_file.exists(), 30, "the env file's removal once the container ran")
     result = ccli.run("cancel", job)
     assert result.returncode == 0, result.stderr

@@ -75,7 +75,7 @@ def test_failing_worker_ends_the_job_within_15s(hosts_cli, hosts_env, tmp_path, 
     assert result.returncode == 1
     assert "FAILED: worker[" in result.stderr and "exited with code 3" in result.stderr
     job = result.stdout.split()[0]
-    run_dir = hosts_cli.home / "runs" / job
+    run_dir = hosts_cli.run_dir(job)
     tasks = records(run_dir)
     failed = min(r["ended_at"] for r in tasks.values() if r["state"] == "FAILED")
     assert last_end(run_dir) - failed < 15

@@ -61,7 +61,7 @@ def test_uncaught_exception_in_one_worker_fails_the_job_fast(cli, example):
     assert "RuntimeError: simulated crash on worker rank 1" in result.stdout
     assert re.search(r"FAILED: worker\[\d\] exited with code 1", result.stderr)
     job = result.stdout.split()[0]
-    times = job_times(cli.home / "runs" / job)  # the job's own clock, not the CLI's
+    times = job_times(cli.run_dir(job))  # the job's own clock, not the CLI's
     crashed = min(r["ended_at"] for label, r in times.tasks.items() if "worker" in label)
     assert times.abort_at - crashed < 5 and times.last_end - times.abort_at < 10
     status = cli.status(job)
@@ -72,7 +72,7 @@ def test_uncaught_exception_in_one_worker_fails_the_job_fast(cli, example):
 def _start_long_job(cli, example) -> tuple:
     env = {"STEP_SLEEP": "0.05", "EPOCHS": "100"}
     job = cli.submit(example, env=env)
-    run_dir = cli.home / "runs" / job
+    run_dir = cli.run_dir(job)
     wait_for(lambda: "first step" in _read(run_dir / "logs" / "worker-0.log"), 60,
              "the first training step")
     return job, run_dir
@@ -112,7 +112,7 @@ def test_startup_deadline_when_workers_never_start(cli, example, tmp_path):
     assert "startup deadline (20s) passed" in result.stderr
     assert "worker[0], worker[1]" in result.stderr
     job = result.stdout.split()[0]
-    times = job_times(cli.home / "runs" / job)  # the job's own clock, not the CLI's
+    times = job_times(cli.run_dir(job))  # the job's own clock, not the CLI's
     assert 0 <= times.abort_at - times.startup_deadline < 5
     assert_no_processes(job)
 

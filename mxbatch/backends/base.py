@@ -41,11 +41,10 @@ from typing import (
     TypeVar,
 )
 
-from ..cli.jsonout import SCHEMA
 from ..errors import MxbatchError
 from ..quoting import env_assignments, shell_words
 from ..runtime.layout import RunLayout
-from ..runtime.planfile import RunPlan
+from ..runtime.planfile import DEFAULT_ABORT_POLL_S, RunPlan
 from ..runtime.rendezvous import FileRendezvous, Rendezvous
 from ..runtime.roles import Role
 from ..runtime.states import AbortKind, AbortRecord
@@ -62,8 +61,6 @@ if TYPE_CHECKING:  # pragma: no cover
 #: reads one task's log from a byte offset: ``reader(offset, final)`` -> the bytes
 #: from there on (None: nothing yet); ``final`` asks for a last, complete read
 LogReader = Callable[[int, bool], Optional[bytes]]
-#: the version of ``render --json`` output (that of every ``--json`` document)
-REQUEST_SCHEMA = SCHEMA
 #: what backends whose runtime runs roles in containers (``role_containers``) accept
 ROLE_CONTAINER_RUNTIMES = tuple(ContainerRuntime)
 
@@ -121,9 +118,10 @@ class Request:
         return "\n".join(parts) + "\n"
 
     def to_dict(self) -> Dict[str, Any]:
-        """``render --json``: the plan's tasks and the backend's native part."""
+        """``render --json`` (the CLI adds ``schema``): the plan's tasks and the backend's
+        native part."""
         run = self.plan.run
-        return {"schema": REQUEST_SCHEMA, "job_id": run.job_id, "backend": self.plan.backend,
+        return {"job_id": run.job_id, "backend": self.plan.backend,
                 "run_dir": run.run_dir, "workdir": run.workdir,
                 "inherit_env": run.inherit_env,
                 "tasks": [dict({"index": t.index, "role": t.role.value, "rank": t.rank,
@@ -194,7 +192,7 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     #: squeue should not be asked many times a second)
     poll_interval_s: ClassVar[float] = 1.0
     #: how often supervisors look for the abort record (the file on shared storage)
-    abort_poll_s: ClassVar[float] = 1.0
+    abort_poll_s: ClassVar[float] = DEFAULT_ABORT_POLL_S
 
     def __init__(self, options: Optional[OptionsT] = None) -> None:
         """``options``: an ``options_class`` instance; its defaults when None."""

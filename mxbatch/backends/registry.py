@@ -9,12 +9,15 @@ backend.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Dict, List, Type
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Type
 
-from ..errors import MxbatchError
+from ..errors import MxbatchError, SpecError, SpecErrors, did_you_mean
+from ..spec import config as siteconfig
+from ..spec.parse import parse_options
+from ..spec.schema import JobSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from .base import Backend
@@ -48,14 +51,62 @@ def _plugins() -> Dict[str, str]:
     return {ep.name: ep.value for ep in group}
 
 
+def unknown_backend_hint(word: str, known: List[str]) -> str:
+    """``did you mean 'x'?`` for the closest backend name, else the list of them."""
+    return did_you_mean(word, known, "known backends: " + ", ".join(known), cutoff=0.5)
+
+
+def check_spec_backends(spec: JobSpec) -> None:
+    """The spec's ``backend:`` and every ``backends.<name>`` block name a backend that
+    exists; a ``SpecError`` at the key otherwise."""
+    known = names()
+    if spec.backend is not None and spec.backend not in known:
+        raise spec.locations.error(("backend",), f"unknown backend {spec.backend!r}",
+                                   unknown_backend_hint(spec.backend, known))
+    for name in spec.backend_options:
+        if name not in known:
+            raise spec.locations.error(("backends", name), "unknown backend",
+                                       unknown_backend_hint(name, known))
+
+
+def options_for(spec: JobSpec, name: str) -> Any:
+    """Backend ``name``'s options from the spec: every ``backends.<name>`` block present
+    is parsed by its backend's ``options_class`` (so a typo in another backend's block
+    is an error too, at its file:line:key); the chosen one's options, or its defaults
+    when the spec has no block for it."""
+    check_spec_backends(spec)
+    parsed, problems = {}, []
+    for block, data in spec.backend_options.items():
+        try:
+            parsed[block] = parse_options(backend_class(block).options_class, data,
+                                          ("backends", block), spec.locations)
+        except SpecError as exc:  # every block's problems, reported together
+            problems += exc.errors if isinstance(exc, SpecErrors) else [exc]
+    if problems:
+        raise SpecErrors.of(problems)
+    return parsed[name] if name in parsed else backend_class(name).options_class()
+
+
+def load_site_config(path: Optional[Path] = None) -> siteconfig.SiteConfig:
+    """The site config as ``spec.config.load_config`` reads it, with every profile's and
+    the defaults' ``backends:`` blocks checked by their backends (a ``SpecError`` at
+    the block's file:line:key, whether or not that profile is used)."""
+    site = siteconfig.load_config(path)
+    for layer in site.all_layers():
+        if layer.alone is not None:
+            for name in layer.alone.backend_options:
+                options_for(layer.alone, name)
+            check_spec_backends(layer.alone)
+    return site
+
+
 def backend_class(name: str) -> "Type[Backend]":
     """The backend class called ``name``; a usage error (exit 2) listing the valid names,
     or naming the plugin that cannot be imported."""
     target = _BUILTIN.get(name) or _plugins().get(name)
     if target is None:
-        close = difflib.get_close_matches(str(name), names(), n=1, cutoff=0.5)
-        hint = f"did you mean {close[0]!r}?" if close else f"available: {', '.join(names())}"
-        raise MxbatchError(f"unknown backend {name!r} ({hint})", exit_code=2)
+        raise MxbatchError(f"unknown backend {name!r} ({unknown_backend_hint(name, names())})",
+                           exit_code=2)
     module_name, _, class_name = target.partition(":")
     try:
         return getattr(importlib.import_module(module_name), class_name)

@@ -15,6 +15,7 @@ import click
 
 from .. import __version__
 from ..backends import records
+from ..backends.registry import load_site_config
 from ..backends.status import JobState, JobStatus
 from ..errors import ExitCode, MxbatchError
 from ..jobs import submit as jobs
@@ -141,7 +142,7 @@ def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
 def _spec_with_flags(spec_file: Path, profile: Optional[str], name: Optional[str],
                      env: Tuple[str, ...], extra_args: Tuple[str, ...]) -> specs.JobSpec:
     """The spec of ``submit``/``render`` with ``--name``, ``--env`` and ``-- ARGS``."""
-    spec = siteconfig.load_job(spec_file, profile=profile)
+    spec = siteconfig.load_job(spec_file, profile=profile, site=load_site_config())
     return specs.with_overrides(spec, name=name, env=common_env(env, os.environ),
                                 extra_args=extra_args)
 
@@ -384,7 +385,7 @@ def _render(spec: specs.JobSpec, backend: str, output_format: str, workers: Opti
     _, request = jobs.prepare(spec, backend, workers=workers, servers=servers,
                               for_submit=False)
     if output_format == "json":
-        click.echo(jsonout.dumps(request.to_dict()))
+        click.echo(jsonout.dumps(jsonout.document(request.to_dict())))
     else:
         click.echo(request.describe(), nl=False)
 

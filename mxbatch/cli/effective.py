@@ -13,6 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from ..backends.registry import options_for
 from ..quoting import shell_words
 from ..runtime.roles import Role
 from ..spec import schema
@@ -90,11 +91,7 @@ def _values(spec: JobSpec, backend: str) -> Dict[KeyPath, Any]:
     if spec.container is None:
         values.pop(("container",), None)
     values = {("backend",): values.pop(("backend",)), **values}
-    blocks = dict(spec.backend_options)
-    if backend not in blocks:
-        from ..backends.registry import backend_class
-
-        blocks[backend] = backend_class(backend).options_class()
+    blocks = {name: options_for(spec, name) for name in {*spec.backend_options, backend}}
     for name in sorted(blocks):
         for key, value in to_data(blocks[name]).items():
             values[("backends", name, key)] = value

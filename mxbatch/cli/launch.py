@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import click
 
+from ..backends.registry import load_site_config
 from ..errors import SpecError
 from ..runtime import wire
 from ..spec import config as siteconfig
@@ -118,7 +119,8 @@ _OPTIONS: List[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--env-worker", multiple=True, metavar="NAME:VALUE",
                  help="A variable for the workers. Repeatable."),
     click.option("--p3", is_flag=True,
-                 help="P3 distributed training (DMLC_PS_VAN_TYPE=p3 DMLC_PS_WATER_MARK=10)."),
+                 help="P3 distributed training ("
+                      + " ".join(f"{k}={v}" for k, v in P3_ENV.items()) + ")."),
     click.option("--name", default="launch", show_default=True, help="Job name."),
     click.option("--workdir", default=".", show_default=True,
                  help="Working directory of every role."),
@@ -282,5 +284,5 @@ def launch_job(flags: Dict[str, Any]) -> Tuple[JobSpec, str, LaunchArgs]:
     args = LaunchArgs(**flags)
     data = job_data(args, dict(os.environ), Path.cwd())
     spec = siteconfig.job_from_mapping(data, base_dir=Path.cwd(), default_name=args.name,
-                                       profile=args.profile)
+                                       profile=args.profile, site=load_site_config())
     return spec, siteconfig.backend_name(spec, backend_of(args)), args

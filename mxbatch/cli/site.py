@@ -8,6 +8,7 @@ from typing import Dict, Optional
 
 import click
 
+from ..backends.registry import load_site_config
 from ..runtime.roles import Role
 from ..spec import config as siteconfig
 from ..spec.located import KeyPath
@@ -54,7 +55,7 @@ def config_show(spec_file: Optional[Path], profile: Optional[str], backend: Opti
     each with the file and line, or flag, it came from."""
     from ..spec.parse import with_counts
 
-    site = siteconfig.load_config()
+    site = load_site_config()
     spec = siteconfig.site_job(spec_file, profile=profile, site=site, command=["COMMAND"],
                                default_name="job")
     spec = with_counts(spec, workers=workers, servers=servers)
@@ -108,7 +109,7 @@ def doctor_command(spec_file: Optional[Path], backend: Optional[str], profile: O
     from ..doctor.runner import format_checks, run_checks
     from ..jobs import submit as jobs
 
-    site = siteconfig.load_config()
+    site = load_site_config()
     spec = siteconfig.site_job(spec_file, profile=profile, site=site, command=["python3"],
                                default_name="doctor")
     name = siteconfig.backend_name(spec, backend)

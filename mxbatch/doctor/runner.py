@@ -26,6 +26,7 @@ from .. import __version__
 from ..backends import bundle
 from ..jobs.scripts import missing_scripts, script_of
 from ..runtime import net
+from ..runtime.layout import RUNTIME
 from ..runtime.roles import Role
 from ..spec.schema import JobSpec
 from .checks import (
@@ -55,7 +56,7 @@ def python_check() -> Check:
     detail = (f"Python {sys.version.split()[0]} at {sys.executable}; mxbatch {__version__} "
               f"at {where}")
     with tempfile.TemporaryDirectory(prefix="mxbatch-doctor-") as scratch:
-        runtime = bundle.write_runtime(Path(scratch) / "runtime.pyz")
+        runtime = bundle.write_runtime(Path(scratch) / RUNTIME)
         result = subprocess.run([sys.executable, "-I", str(runtime), "--help"],
                                 capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
     if result.returncode != 0:

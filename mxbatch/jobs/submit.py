@@ -10,7 +10,7 @@ from typing import Optional, Tuple
 
 from ..backends import containers, records, rundir
 from ..backends.base import Backend, Request
-from ..backends.registry import backend_class
+from ..backends.registry import backend_class, options_for
 from ..spec import plan as planning
 from ..spec.parse import with_counts
 from ..spec.schema import JobSpec
@@ -19,7 +19,7 @@ from ..spec.schema import JobSpec
 def backend_for_spec(spec: JobSpec, name: str) -> Backend:
     """The backend ``name`` configured from the spec's ``backends.<name>`` block
     (its defaults when the spec has none)."""
-    return backend_class(name)(spec.backend_options.get(name))
+    return backend_class(name)(options_for(spec, name))
 
 
 def backend_for_record(record: records.JobRecord) -> Backend:

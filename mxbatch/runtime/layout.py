@@ -114,6 +114,17 @@ class RunLayout:
     def manager_log(self) -> str:
         return self._path(LOGS, "manager.log")
 
+    def ssh_log(self, host: str) -> str:
+        """ssh's and a host agent's own stderr (the ssh backend; ``host`` as the hostfile
+        names it, made safe for a file name)."""
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in host)
+        return self._path(LOGS, "ssh-%s.log" % safe)
+
+    @property
+    def mpirun_log(self) -> str:
+        """mpirun's own output (the MPI backend)."""
+        return self._path(LOGS, "mpirun.log")
+
     def batch_output(self, prefix: str, role: str, index_placeholder: str) -> str:
         """A batch system's output file of one array task of ``role``, with the
         system's own placeholder for the array index (``$TASK_ID``, ``%a``...)."""

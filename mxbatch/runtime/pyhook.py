@@ -10,6 +10,8 @@ is still imported after ours.
 
 import os
 
+from .files import atomic_write
+
 SITECUSTOMIZE = r'''
 """mxbatch: exit at once on an uncaught exception (MXNet would hang). Chains to any other."""
 import atexit
@@ -64,8 +66,5 @@ def install(directory: str) -> str:
                 return directory
     except OSError:
         pass
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w") as handle:
-        handle.write(SITECUSTOMIZE)
-    os.replace(tmp, path)
+    atomic_write(path, SITECUSTOMIZE.encode(), 0o644)
     return directory

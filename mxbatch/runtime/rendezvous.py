@@ -31,10 +31,10 @@ import abc
 import json
 import os
 import random
-import socket
 import time
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
+from .files import atomic_write_json, temp_name, unlink_quietly, write_synced
 from .layout import RunLayout
 from .planfile import RunPlan
 from .roles import Role
@@ -146,19 +146,19 @@ class FileRendezvous(Rendezvous):
     def write_abort(self, record: AbortRecord) -> bool:
         if not record.at:
             record.at = time.time()
-        tmp = _temp_name(self.layout.abort)
+        tmp = temp_name(self.layout.abort)
         self.ops += 1
-        _write_synced(tmp, json.dumps(record.to_dict(), sort_keys=True).encode())
+        write_synced(tmp, json.dumps(record.to_dict(), sort_keys=True).encode())
         try:
             self.ops += 1
             os.link(tmp, self.layout.abort_lock)
         except FileExistsError:
             self.ops += 1
-            _unlink_quietly(tmp)
+            unlink_quietly(tmp)
             self._republish_first_abort()
             return False
         except BaseException:
-            _unlink_quietly(tmp)
+            unlink_quietly(tmp)
             raise
         self.ops += 1
         os.replace(tmp, self.layout.abort)  # the lock's own file: abort.json is it now
@@ -257,39 +257,6 @@ class MirroredRendezvous(Rendezvous):
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _temp_name(target: str) -> str:
-    head, tail = os.path.split(target)
-    return os.path.join(head, ".%s.%s.%d.%d.tmp" % (tail, socket.gethostname(), os.getpid(),
-                                                     random.getrandbits(32)))
-
-
-def _write_synced(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def atomic_write_json(path: str, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` by temp file + fsync + rename."""
-    tmp = _temp_name(path)
-    try:
-        _write_synced(tmp, json.dumps(data, sort_keys=True).encode())
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
 
 
 def read_json(path: str) -> Optional[Any]:

@@ -40,7 +40,7 @@ import time
 from typing import Dict, Iterator, Optional
 
 from . import net, notes, pyhook, wire
-from .container import RoleContainer
+from .container import Moment, RoleContainer
 from .environ import role_environment
 from .logfile import TaskLog
 from .metrics import MetricReader
@@ -241,9 +241,7 @@ class TaskRunner:
             env = role_environment(self.environ, self.plan.inherit_env, self.task.env,
                                    rendezvous_env, hook_dir, self.plan.submit_path)
         else:
-            if self.proc is not None and self.container.needs_removal(self.proc.poll(),
-                                                                      self._escalated):
-                self.container.remove()  # a restart: the name is needed again
+            if self.proc is not None and self._remove_container(Moment.RESTART):
                 self.container.wait_removed()
             try:
                 argv, env, skipped = self.container.prepare(
@@ -261,8 +259,9 @@ class TaskRunner:
             # docker and podman pass SIGTERM on to the container; SIGKILL would orphan it
             if self.container.daemon:
                 deathsig = signal.SIGTERM
-        self.say("starting on %s with DMLC_NODE_HOST=%s: %s"
-                 % (self.record.host, rendezvous_env.get(wire.DMLC_NODE_HOST), " ".join(argv)))
+        self.say("starting on %s with %s=%s: %s"
+                 % (self.record.host, wire.DMLC_NODE_HOST,
+                    rendezvous_env.get(wire.DMLC_NODE_HOST), " ".join(argv)))
         read_end, write_end = os.pipe()
         try:
             self.proc = subprocess.Popen(
@@ -485,9 +484,7 @@ class TaskRunner:
             self.say("still running %gs after SIGTERM: SIGKILL" % self.plan.grace_s)
             _killpg(self.proc.pid, signal.SIGKILL)
             self._escalated = True
-            if self.container is not None:
-                self.say("removing container %s" % self.container.name)
-                self.container.remove()
+            self._remove_container(Moment.ESCALATED)
             self._kill_at = None
 
     def kill(self) -> None:
@@ -495,27 +492,32 @@ class TaskRunner:
         removing its container if the client may have left it behind (``close`` waits)."""
         if self.proc is None:
             return
-        running = self.proc.poll() is None
+        code = self.proc.poll()
         _killpg(self.proc.pid, signal.SIGKILL)
-        if self.container is not None and (running or self.container.needs_removal(
-                self.proc.poll(), self._escalated)):
-            self.container.remove()
+        self._remove_container(Moment.AGENT_ENDING, code)
+
+    def _remove_container(self, moment: Moment, client_code: Optional[int] = -1) -> bool:
+        """Remove the role's container if ``container.removal_reason`` says so (with its
+        words in the task log); whether a removal started. ``client_code``: the client's
+        exit code as seen before a kill (default: ask the process now)."""
+        if self.container is None or self.proc is None:
+            return False
+        code = self.proc.poll() if client_code == -1 else client_code
+        reason = self.container.removal_reason(moment, code, self._escalated,
+                                               self.phase is Phase.STOPPING)
+        if reason is None:
+            return False
+        if reason:
+            self.say(reason)
+        self.container.remove()
+        return True
 
     def _finish(self, state: TaskState, wall: Optional[float]) -> None:
         if self.proc is not None and self.record.exit_code is None:
             code = self.proc.poll()
             self.record.exit_code, self.record.signal = code, signal_name(code or 0)
         if self.container is not None and self.proc is not None:
-            if self.container.needs_removal(self.proc.poll(), self._escalated):
-                if not self._escalated:  # escalating said so already
-                    self.say("removing container %s (its client did not end by itself)"
-                             % self.container.name)
-                self.container.remove()
-            elif self.phase is Phase.STOPPING:
-                # stopped by us: the client ended on SIGTERM, but its --rm is the runtime's
-                # own clean-up after the container's exit, which podman runs in a process
-                # of its own that may come seconds late or not at all on a loaded host
-                self.container.remove()
+            self._remove_container(Moment.FINISHED)
             self.container.forget_env_file()
         self.phase = Phase.DONE
         self.record.ended_at = wall if wall is not None else time.time()

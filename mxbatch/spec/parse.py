@@ -12,7 +12,6 @@ exists.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import re
 import shlex
@@ -20,8 +19,7 @@ import typing
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
-from ..backends import registry
-from ..errors import SpecError, SpecErrors
+from ..errors import SpecError, SpecErrors, did_you_mean
 from ..runtime.roles import Role
 from . import schema
 from .located import KeyPath, Locations, load_located
@@ -40,6 +38,9 @@ from .typed import ConversionError, from_data, kind_of
 from .units import parse_duration, parse_port_range, parse_size_mib
 
 T = TypeVar("T")
+
+#: what a backend's name may be (its registry decides which names exist)
+BACKEND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 
 #: the top-level keys of a job spec
 SPEC_KEYS = ("name", "backend", "command", "workdir", "env", "inherit_env", "resources",
@@ -226,7 +227,7 @@ _ROLE = "<role>"
 
 def _spec_key_paths() -> List[Tuple[str, ...]]:
     """Every spec key as a path (``("roles", "<role>", "resources", "cpus")``), from the
-    schema's ``spec_field``s and each backend's options (``backends.<name>.<field>``)."""
+    schema's ``spec_field``s (a backend's own keys are its registry's to know)."""
     paths: List[Tuple[str, ...]] = []
 
     def walk(cls: type, prefix: Tuple[str, ...], top_level_only: bool = False) -> None:
@@ -248,14 +249,6 @@ def _spec_key_paths() -> List[Tuple[str, ...]]:
 
     walk(JobSpec, ())
     walk(RoleSpec, (), top_level_only=True)
-    for name in registry.names():
-        try:
-            options = registry.backend_class(name).options_class
-        except SpecError:
-            continue
-        except Exception:  # a plugin that cannot be loaded here: no hints from it
-            continue
-        paths += [("backends", name, f.name) for f in dataclasses.fields(options)]
     return paths
 
 
@@ -282,8 +275,7 @@ def unknown_key_hint(key_path: KeyPath, key: str, known: Sequence[str]) -> str:
         elsewhere.sort(key=lambda p: (p.count("."), p))
         places = " or ".join(repr(p) for p in elsewhere[:3])
         return f"it is not a key here: did you mean {places}?"
-    close = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else "valid keys: " + ", ".join(known)
+    return did_you_mean(key, known, "valid keys: " + ", ".join(known))
 
 
 def _name(value: Any, _: KeyPath) -> str:
@@ -294,12 +286,9 @@ def _name(value: Any, _: KeyPath) -> str:
 
 
 def _backend_name(value: Any, _: KeyPath) -> str:
-    known = registry.names()
-    if value not in known:
-        close = difflib.get_close_matches(str(value), known, n=1, cutoff=0.5)
-        raise ValueError(f"unknown backend {value!r} "
-                         + (f"(did you mean {close[0]!r}?)" if close else
-                            f"(known backends: {', '.join(known)})"))
+    """A backend's name as the spec writes it; the registry says whether one exists."""
+    if not isinstance(value, str) or not BACKEND_NAME.fullmatch(value):
+        raise ValueError(f"a backend name is letters, digits, '_' or '-', got {value!r}")
     return value
 
 
@@ -513,25 +502,20 @@ def _container(value: Any, key_path: KeyPath, locations: Locations,
 
 def _backends(value: Any, key_path: KeyPath, locations: Locations,
               errors: _Errors) -> Dict[str, Any]:
-    """Each ``backends.<name>`` block as that backend's options dataclass."""
+    """The ``backends:`` mapping: backend name -> that backend's block as plain data
+    (``{}`` for an empty one). Which names exist and what each block may hold is the
+    registry's to check (``backends.registry.options_for``)."""
     if not isinstance(value, dict):
         raise ValueError(f"backends must be a mapping of backend name to options, "
                          f"got {kind_of(value)}")
-    known = registry.names()
     result = {}
     for name, raw_options in value.items():
-        if name not in known:
-            close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.5)
-            errors.add(locations.error(key_path + (name,), "unknown backend",
-                                       f"did you mean {close[0]!r}?" if close else
-                                       "known backends: " + ", ".join(known)))
-            continue
         try:
-            result[name] = parse_options(registry.backend_class(name).options_class,
-                                         {} if raw_options is None else raw_options,
-                                         key_path + (name,), locations)
-        except SpecError as exc:
-            errors.add(exc)
+            _backend_name(name, key_path + (name,))
+        except ValueError as exc:
+            errors.add(locations.error(key_path + (name,), str(exc)))
+            continue
+        result[name] = {} if raw_options is None else raw_options
     return result
 
 

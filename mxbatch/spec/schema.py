@@ -127,9 +127,10 @@ class ContainerSpec:
 
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
-    """A validated job. ``backend_options`` holds the parsed ``backends.<name>`` blocks
-    (each its backend's options dataclass); ``locations`` lets later checks cite
-    file:line for a key."""
+    """A validated job. ``backend_options`` holds the ``backends.<name>`` blocks as the
+    YAML gave them (plain data): the spec layer knows no backend, so the backends'
+    registry parses them (``backends.registry.options_for``, every block present, each
+    error at its file:line); ``locations`` lets later checks cite file:line for a key."""
 
     name: str = spec_field("the job's name, the first part of its id (letters, digits, "
                            "_ . -)", default_text="the spec file's name")

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
-import difflib
 import enum
 import shlex
 import typing
 from typing import Any, Dict, List, NewType, Optional, Tuple, Type, TypeVar
 
+from ..errors import did_you_mean
 from .units import parse_duration
 
 T = TypeVar("T")
@@ -197,10 +197,8 @@ def _dataclass(tp: type, data: Any, path: KeyPath, strict: bool,
     if strict:
         for key in data:
             if key not in fields:
-                close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
-                problems.append(ConversionError(path + (key,), "unknown key",
-                                                f"did you mean {close[0]!r}?" if close else
-                                                "valid keys: " + ", ".join(fields)))
+                problems.append(ConversionError(path + (key,), "unknown key", did_you_mean(
+                    key, list(fields), "valid keys: " + ", ".join(fields))))
     hints = typing.get_type_hints(tp)
     values: Dict[str, Any] = {}
     for name, field in fields.items():

@@ -153,10 +153,15 @@ def parse_job_id(pattern: "re.Pattern[str]", output: str, argv: Sequence[str]) -
     return match.group("job_id")
 
 
-def runtime_argv(plan: JobPlan, role: Role) -> List[str]:
-    """What each array task runs: the runtime zipapp for its role (rank from the array)."""
-    return [plan.run.python, plan.run.layout.runtime, "run", plan.run.run_dir,
-            "--role", role.value]
+def runtime_argv(plan: JobPlan, role: Optional[Role] = None,
+                 task_from: Optional[str] = None) -> List[str]:
+    """What each task runs: the runtime zipapp for ``role`` (an array task: its rank from
+    the array), or for the task whose index is in the variable ``task_from``."""
+    argv = [plan.run.python, plan.run.layout.runtime, "run", plan.run.run_dir]
+    if task_from is not None:
+        return argv + ["--task-from", task_from]
+    assert role is not None
+    return argv + ["--role", role.value]
 
 
 def job_name(plan: JobPlan, role: Role) -> str:

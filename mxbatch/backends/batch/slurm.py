@@ -345,7 +345,7 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
         for offset, group in enumerate(role_groups(plan.run)):
             options = [f"--het-group={offset}", f"--cpus-per-task={group.first.cpus}"]
             options += [t for d in self.gpu_directives(group.first.gpus) for t in d.argv()]
-            argv = runtime_argv(plan, group.role)[:-2] + ["--task-from", "SLURM_PROCID"]
+            argv = runtime_argv(plan, task_from="SLURM_PROCID")
             parts.append(shell_words(options + argv))
         return "srun --kill-on-bad-exit=0 " + " : ".join(parts)
 

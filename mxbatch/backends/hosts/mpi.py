@@ -234,7 +234,7 @@ class MpiController(Controller):
     def __init__(self, plan: RunPlan, setup: MpiSetup) -> None:
         super().__init__(plan)
         self.setup = setup
-        self.log_path = os.path.join(plan.layout.logs_dir, "mpirun.log")
+        self.log_path = plan.layout.mpirun_log
         self.proc: Optional[subprocess.Popen] = None
         self._kill_at: Optional[float] = None
 

@@ -200,7 +200,7 @@ class SshController(Controller):
         pyz = Path(self.layout.runtime).read_bytes()
         env = {**self.environ, wire.JOB_ID: self.plan.job_id}
         for host in self.setup.hosts:
-            link = HostLink(host, env, self.layout.logs_dir + f"/ssh-{_file_name(host.host)}.log")
+            link = HostLink(host, env, self.layout.ssh_log(host.host))
             self.links.append(link)
             try:
                 link.channel.send_raw(zipapp_header(len(pyz)) + pyz)
@@ -398,5 +398,3 @@ class SshController(Controller):
         self.lose_tasks([self.plan.tasks[i] for i in link.plan.tasks], reason)
 
 
-def _file_name(host: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in host)
