@@ -222,6 +222,12 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
 
         return [environment_check(self)]
 
+    def workdir_is_here(self) -> bool:
+        """Whether the spec's ``workdir`` as this machine sees it is what the roles run in
+        (shipped or synced from here, or on storage shared with the nodes), so that a
+        file missing here is missing for them too. Default: true."""
+        return True
+
     def check_container(self, spec: JobSpec) -> None:
         """SpecError at ``container`` if the spec asks for a container runtime this
         backend does not run roles in. No cluster I/O."""

@@ -112,6 +112,11 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
     abort_poll_s = 0.5  # a call relayed to a local file: cheap
 
     # ------------------------------------------------------------------ checks
+    def workdir_is_here(self) -> bool:
+        """Only with ``sync_dst_dir``: the roles then run in a copy of this workdir; else
+        in the hosts' own directory of that name."""
+        return bool(self.options.sync_dst_dir)
+
     def _config(self, plan: JobPlan) -> Optional[str]:
         """The ssh configuration file: the option (relative to the spec file), else
         ``$MXBATCH_SSH_CONFIG``, else none (ssh's own)."""

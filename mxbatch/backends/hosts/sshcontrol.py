@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ...runtime import wire
 from ...runtime.channel import Channel, ChannelClosed, Message, decode_bytes
 from ...runtime.channelrdv import serve_call
+from ...runtime.logfile import TaskLog
 from ...runtime.planfile import RunPlan
 from ...runtime.remote import VERSION_EXIT, zipapp_header
 from ...runtime.rendezvous import TaskKey
@@ -180,7 +181,7 @@ class SshController(Controller):
         self.environ = dict(os.environ if environ is None else environ)
         self.layout = plan.layout
         self.links: List[HostLink] = []
-        self._logs: Dict[TaskKey, int] = {}
+        self._logs: Dict[TaskKey, TaskLog] = {}
 
     @classmethod
     def from_config(cls, plan: RunPlan, config: Dict[str, Any]) -> "SshController":
@@ -295,8 +296,8 @@ class SshController(Controller):
     def close(self) -> None:
         for link in self.links:
             link.close()
-        for fd in self._logs.values():
-            os.close(fd)
+        for log in self._logs.values():
+            log.close()
         self._logs.clear()
 
     # ------------------------------------------------------------------ the relay
@@ -364,12 +365,11 @@ class SshController(Controller):
 
     def _append_log(self, role: Role, rank: int, data: bytes) -> None:
         key = (role, rank)
-        fd = self._logs.get(key)
-        if fd is None:
-            fd = os.open(self.layout.task_log(role.value, rank),
-                         os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            self._logs[key] = fd
-        os.write(fd, data)
+        log = self._logs.get(key)
+        if log is None:
+            log = self._logs[key] = TaskLog(self.layout.task_log(role.value, rank),
+                                            self.layout.task_log_times(role.value, rank))
+        log.write(data)
 
     def _ended(self, link: HostLink) -> None:
         """The ssh process of ``link`` has exited: take what it left, then judge."""
