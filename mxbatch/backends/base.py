@@ -36,6 +36,7 @@ from typing import (
     Generic,
     Iterator,
     List,
+    Mapping,
     Optional,
     Tuple,
     TypeVar,
@@ -197,6 +198,12 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     def __init__(self, options: Optional[OptionsT] = None) -> None:
         """``options``: an ``options_class`` instance; its defaults when None."""
         self.options: OptionsT = options if options is not None else self.options_class()
+
+    def variant(self, environ: Mapping[str, str]) -> "Backend":
+        """The backend that runs a job submitted from a process with ``environ``: this one,
+        or, for a batch backend run inside an allocation of its own system (a Slurm
+        allocation, an SGE parallel job), its in-allocation variant (same options)."""
+        return self
 
     @classmethod
     def from_record(cls, record: JobRecord) -> "Backend":

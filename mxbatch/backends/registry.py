@@ -31,6 +31,13 @@ _BUILTIN: Dict[str, str] = {
     "ssh": "mxbatch.backends.hosts.ssh:SshBackend",
     "yarn": "mxbatch.backends.yarn.backend:YarnBackend",
 }
+#: backends a built-in one hands a job to inside an allocation of its system
+#: (``Backend.variant``): job records name them, users need not (not in ``names``)
+_VARIANTS: Dict[str, str] = {
+    "slurm-steps": "mxbatch.backends.hosts.allocation:SlurmStepsBackend",
+    "sge-pe": "mxbatch.backends.hosts.allocation:SgePeBackend",
+    "sge-gang": "mxbatch.backends.batch.sgegang:SgeGangBackend",
+}
 
 
 def names() -> List[str]:
@@ -103,7 +110,7 @@ def load_site_config(path: Optional[Path] = None) -> siteconfig.SiteConfig:
 def backend_class(name: str) -> "Type[Backend]":
     """The backend class called ``name``; a usage error (exit 2) listing the valid names,
     or naming the plugin that cannot be imported."""
-    target = _BUILTIN.get(name) or _plugins().get(name)
+    target = _BUILTIN.get(name) or _VARIANTS.get(name) or _plugins().get(name)
     if target is None:
         raise MxbatchError(f"unknown backend {name!r} ({unknown_backend_hint(name, names())})",
                            exit_code=2)

@@ -19,7 +19,7 @@ from ..errors import WaitTimeout
 from ..runtime import notes
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import Rendezvous
-from ..runtime.states import AbortKind, AbortRecord
+from ..runtime.states import AbortKind, AbortRecord, TaskState
 from ..runtime.watch import missing_at_deadline, startup_abort
 from .interrupts import HeldSignals, check_interrupted
 
@@ -193,7 +193,9 @@ def _enforce_deadlines(plan, rdv: Rendezvous, status: JobStatus) -> None:
     missing = missing_at_deadline(plan, rdv.read_tasks(plan.task_keys()),
                                   time.time() - DEADLINE_MARGIN_S)
     if missing:
-        rdv.write_abort(startup_abort(plan, missing, by="mxbatch wait"))
+        queued = sorted({t.native for t in status.tasks if t.label in missing and t.native
+                         and t.state is TaskState.PENDING})
+        rdv.write_abort(startup_abort(plan, missing, by="mxbatch wait", queued=queued))
     elif status.state is JobState.FAILED and status.reason:
         rdv.write_abort(AbortRecord(kind=AbortKind.FAILED, reason=status.reason,
                                     log=status.log, by="mxbatch wait"))

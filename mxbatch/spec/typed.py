@@ -162,6 +162,10 @@ def _enum(tp: Type[enum.Enum], data: Any, path: KeyPath) -> enum.Enum:
     for member in tp:
         if member.value == data:
             return member
+    try:  # an enum's own _missing_ (Inside takes YAML's true and false)
+        return tp(data)
+    except (ValueError, TypeError):
+        pass
     choices = ", ".join(str(m.value) for m in tp)
     raise ConversionError(path, f"expected one of {choices}, got {data!r}")
 
