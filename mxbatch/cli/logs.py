@@ -61,6 +61,13 @@ def logs_command(job_id: str, role: Optional[str], rank: Optional[int], follow: 
     backend = jobs.backend_for_record(record)
     tasks = chosen_tasks(record, role, rank)
     width = max(len(t.label) for t in tasks)
+    if not (follow or timestamps or tail_lines is not None):
+        # what the backend says a task's log is (Backend.logs: plugins may add to it)
+        for task in tasks:
+            prefix = f"{task.label:<{width}} | " if len(tasks) > 1 else ""
+            for line in backend.logs(record, task.role, task.rank):
+                click.echo(prefix + line.rstrip("\n"))
+        return
     tails = []
     for task in tasks:
         reader = backend.log_reader(record, task.role, task.rank)
