@@ -48,7 +48,7 @@ from ..runtime.planfile import DEFAULT_ABORT_POLL_S, RunPlan
 from ..runtime.rendezvous import FileRendezvous, Rendezvous
 from ..runtime.roles import Role
 from ..runtime.states import AbortKind, AbortRecord
-from ..spec.plan import JobPlan
+from ..spec.plan import DEFAULT_MAX_TASKS, JobPlan
 from ..spec.schema import ContainerRuntime, JobSpec
 from ..spec.typed import from_data, to_data
 from . import containers, rundir
@@ -193,6 +193,9 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     poll_interval_s: ClassVar[float] = 1.0
     #: how often supervisors look for the abort record (the file on shared storage)
     abort_poll_s: ClassVar[float] = DEFAULT_ABORT_POLL_S
+    #: the most tasks a job may have here unless its spec's ``max_tasks`` says otherwise
+    #: (a count beyond it is a mistake far more often than a plan)
+    max_tasks: ClassVar[int] = DEFAULT_MAX_TASKS
 
     def __init__(self, options: Optional[OptionsT] = None) -> None:
         """``options``: an ``options_class`` instance; its defaults when None."""

@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional
 
 import click
 
@@ -124,13 +124,15 @@ def launch(**flags) -> None:
     """
     spec, backend, args = launchcli.launch_job(flags)
     _submit_and_maybe_follow(spec, backend, None, None, not args.detach, args.quiet,
-                             args.as_json)
+                             args.as_json, count_flags=launchcli.count_flags(args))
 
 
 def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Optional[int],
                              servers: Optional[int], wait: bool, quiet: bool,
-                             as_json: bool = False) -> None:
-    backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers)
+                             as_json: bool = False,
+                             count_flags: Optional[Dict[Role, str]] = None) -> None:
+    backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers,
+                                    count_flags=count_flags)
     attached = backend.attach(request) if wait else None
     check_interrupted()  # a Ctrl-C Python dropped while preparing: submit nothing
     # from here until the job is supervised (or followed), Ctrl-C is held back so that
@@ -278,7 +280,8 @@ def render(spec_file: Path, backend: Optional[str], workers: Optional[int],
     if output_format == "shell":
         from ..jobs.shellscript import render_script
 
-        click.echo(render_script(specs.with_counts(spec, workers, servers), backend), nl=False)
+        click.echo(render_script(specs.with_counts(spec, workers, servers), backend,
+                                 count_flags=jobs.count_flags_of(workers, servers)), nl=False)
         return
     _, request = jobs.prepare(spec, backend, workers=workers, servers=servers,
                               for_submit=False)
