@@ -43,6 +43,7 @@ from typing import (
 
 from ..errors import MxbatchError
 from ..quoting import env_assignments, shell_words
+from ..runtime import osbytes
 from ..runtime.layout import RunLayout
 from ..runtime.planfile import DEFAULT_ABORT_POLL_S, RunPlan
 from ..runtime.rendezvous import FileRendezvous, Rendezvous
@@ -317,7 +318,8 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     def logs(self, record: JobRecord, role: Role, rank: int) -> Iterator[str]:
         """Lines of one task's log (stdout and stderr of the role, supervisor notes)."""
         try:
-            with open(record.layout.task_log(role.value, rank), errors="replace") as handle:
+            with open(record.layout.task_log(role.value, rank), encoding=osbytes.ENCODING,
+                      errors=osbytes.ERRORS) as handle:  # printed as the role wrote it
                 yield from handle
         except FileNotFoundError:
             return

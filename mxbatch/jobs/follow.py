@@ -16,6 +16,7 @@ from ..backends.base import Backend, LogReader, load_run_plan
 from ..backends.records import JobRecord
 from ..backends.status import JobState, JobStatus
 from ..errors import WaitTimeout
+from ..runtime import osbytes
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import Rendezvous
 from ..runtime.states import AbortKind, AbortRecord
@@ -62,7 +63,7 @@ class LogTail:
             lines.append(self.partial)
             self.partial = b""
         for line in lines:
-            yield self.prefix + line.decode(errors="replace")
+            yield self.prefix + osbytes.decode(line)  # printed as the role wrote it
 
 
 class LogStream:
