@@ -12,7 +12,9 @@ worker:    writes {argv, env, core_limit} as JSON to $FAKE_OUT/<rank>.json (if s
            workers end at the same moment), printing a line every $FAKE_TICK seconds if
            set (output: the stall detector sees progress), then exits with $FAKE_EXIT
            (default 0). The worker whose rank is $FAKE_RAISE_RANK raises an exception as
-           soon as the file $FAKE_RAISE_ON exists.
+           soon as the file $FAKE_RAISE_ON exists. With $FAKE_SPEED (samples/s by rank,
+           comma-separated) each tick prints a Speedometer line instead of "tick" (an
+           MXBATCH_METRIC line for the ranks listed in $FAKE_METRIC_RANKS).
 With $FAKE_JOIN set, servers and workers first connect to the scheduler's address, as
 ps-lite's do (retrying for up to 30 s), and say so ("joined IP:PORT").
 """
@@ -65,6 +67,18 @@ else:
         with open(os.path.join(out, os.environ["MXBATCH_RANK"] + ".json"), "w") as handle:
             json.dump({"argv": sys.argv[1:], "env": dict(os.environ),
                        "core_limit": resource.getrlimit(resource.RLIMIT_CORE)}, handle)
+    rank = int(os.environ["MXBATCH_RANK"])
+    speeds = [s for s in os.environ.get("FAKE_SPEED", "").split(",") if s]
+    explicit = os.environ.get("FAKE_METRIC_RANKS", "").split(",")
+
+    def speed_line():
+        if not speeds:
+            return None
+        speed = speeds[rank % len(speeds)]
+        if str(rank) in explicit:
+            return "MXBATCH_METRIC samples_per_sec=%s loss=0.25" % speed
+        return "INFO:root:Epoch[0] Batch [20]\tSpeed: %s samples/sec\taccuracy=0.5" % speed
+
     barrier = os.environ.get("FAKE_BARRIER")
     tick = float(os.environ.get("FAKE_TICK") or 0)
     raise_on = (os.environ.get("FAKE_RAISE_ON")
@@ -75,7 +89,7 @@ else:
         if raise_on and os.path.exists(raise_on):
             raise RuntimeError("simulated failure of worker rank %s" % os.environ["MXBATCH_RANK"])
         if tick and time.time() >= next_tick:
-            print("tick", flush=True)
+            print(speed_line() or "tick", flush=True)
             next_tick += tick
         time.sleep(min(0.05, max(0.0, end - time.time())) if not barrier else 0.05)
     sys.exit(int(os.environ.get("FAKE_EXIT", 0)))

@@ -140,8 +140,8 @@ class Profile:
 
 
 def occupy_on_test_hosts(port: int) -> Occupied:
-    """Listen on ``port`` in every namespace test host (the Slurm nodes), accepting
-    connections."""
+    """Listen on ``port`` in every namespace test host (the Slurm nodes, SGE's execds),
+    accepting connections."""
     import os
     import subprocess
 
@@ -226,7 +226,8 @@ def _yarn_finished_at(cli, job: str) -> Optional[float]:
 
 PROFILES: Dict[str, Profile] = {
     "local": Profile("local", starved_options="slots: 3", occupy=occupy_here),
-    # tiny.q: 2 slots, only for jobs asking -l small; 2 of the 4 tasks never start
+    # tiny.q: 2 slots, only for jobs asking -l small; 2 of the 4 tasks never start; the
+    # execds run in the namespace test hosts, so the port is taken there
     "sge": Profile("sge", cluster="sge", options="submitter: qsub",
                    starved_options="submitter: qsub, native: [-l, small]",
                    queued=_sge_queued, occupy=occupy_where_sge_runs),

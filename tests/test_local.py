@@ -63,7 +63,8 @@ def test_environment_inherited_and_wired(cli, tmp_path):
     assert result.returncode == 0, result.stderr
     env = json.loads((out / "0.json").read_text())["env"]
     assert env["FROM_SUBMITTER"] == "yes"
-    assert "PORT" not in env
+    assert env["PORT"] != "80"  # the submitter's never leaks; ps-lite's port is mxbatch's
+    assert 9000 <= int(env["PORT"]) <= 9999
     assert env["DMLC_ROLE"] == "worker" and env["DMLC_PS_ROOT_URI"] == "127.0.0.1"
     assert env["DMLC_NODE_HOST"] == "127.0.0.1" and int(env["DMLC_PS_ROOT_PORT"]) >= 9000
     assert env["DMLC_NUM_WORKER"] == "1" and env["DMLC_NUM_SERVER"] == "1"

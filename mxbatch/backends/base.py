@@ -36,6 +36,7 @@ from typing import (
     Generic,
     Iterator,
     List,
+    Mapping,
     Optional,
     Tuple,
     TypeVar,
@@ -202,6 +203,12 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         """``options``: an ``options_class`` instance; its defaults when None."""
         self.options: OptionsT = options if options is not None else self.options_class()
 
+    def variant(self, environ: Mapping[str, str]) -> "Backend":
+        """The backend that runs a job submitted from a process with ``environ``: this one,
+        or, for a batch backend run inside an allocation of its own system (a Slurm
+        allocation, an SGE parallel job), its in-allocation variant (same options)."""
+        return self
+
     @classmethod
     def from_record(cls, record: JobRecord) -> "Backend":
         """The backend as it was when ``record`` was submitted (same options)."""
@@ -225,6 +232,12 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         from ..doctor.checks import environment_check
 
         return [environment_check(self)]
+
+    def workdir_is_here(self) -> bool:
+        """Whether the spec's ``workdir`` as this machine sees it is what the roles run in
+        (shipped or synced from here, or on storage shared with the nodes), so that a
+        file missing here is missing for them too. Default: true."""
+        return True
 
     def check_container(self, spec: JobSpec) -> None:
         """SpecError at ``container`` if the spec asks for a container runtime this

@@ -14,7 +14,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Type
 
-from ..errors import MxbatchError, did_you_mean
+from ..errors import MxbatchError, SpecError, SpecErrors, did_you_mean
 from ..spec import config as siteconfig
 from ..spec.parse import parse_options
 from ..spec.schema import JobSpec
@@ -31,11 +31,23 @@ _BUILTIN: Dict[str, str] = {
     "ssh": "mxbatch.backends.hosts.ssh:SshBackend",
     "yarn": "mxbatch.backends.yarn.backend:YarnBackend",
 }
+#: backends a built-in one hands a job to inside an allocation of its system
+#: (``Backend.variant``): job records name them, users need not (not in ``names``)
+_VARIANTS: Dict[str, str] = {
+    "slurm-steps": "mxbatch.backends.hosts.allocation:SlurmStepsBackend",
+    "sge-pe": "mxbatch.backends.hosts.allocation:SgePeBackend",
+    "sge-gang": "mxbatch.backends.batch.sgegang:SgeGangBackend",
+}
 
 
 def names() -> List[str]:
     """Every backend name, sorted."""
     return sorted(set(_BUILTIN) | set(_plugins()))
+
+
+def builtin_names() -> List[str]:
+    """The names of the backends mxbatch itself ships, sorted."""
+    return sorted(_BUILTIN)
 
 
 def _plugins() -> Dict[str, str]:
@@ -70,9 +82,15 @@ def options_for(spec: JobSpec, name: str) -> Any:
     is an error too, at its file:line:key); the chosen one's options, or its defaults
     when the spec has no block for it."""
     check_spec_backends(spec)
-    parsed = {block: parse_options(backend_class(block).options_class, data,
-                                   ("backends", block), spec.locations)
-              for block, data in spec.backend_options.items()}
+    parsed, problems = {}, []
+    for block, data in spec.backend_options.items():
+        try:
+            parsed[block] = parse_options(backend_class(block).options_class, data,
+                                          ("backends", block), spec.locations)
+        except SpecError as exc:  # every block's problems, reported together
+            problems += exc.errors if isinstance(exc, SpecErrors) else [exc]
+    if problems:
+        raise SpecErrors.of(problems)
     return parsed[name] if name in parsed else backend_class(name).options_class()
 
 
@@ -92,7 +110,7 @@ def load_site_config(path: Optional[Path] = None) -> siteconfig.SiteConfig:
 def backend_class(name: str) -> "Type[Backend]":
     """The backend class called ``name``; a usage error (exit 2) listing the valid names,
     or naming the plugin that cannot be imported."""
-    target = _BUILTIN.get(name) or _plugins().get(name)
+    target = _BUILTIN.get(name) or _VARIANTS.get(name) or _plugins().get(name)
     if target is None:
         raise MxbatchError(f"unknown backend {name!r} ({unknown_backend_hint(name, names())})",
                            exit_code=2)

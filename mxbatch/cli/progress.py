@@ -5,7 +5,10 @@ line on stderr: the job's state, per role the number of tasks in each state, the
 time spent queued and the time since submission::
 
     mlp-ps-1a2b3c4d RUNNING | scheduler: 1 running | server: 2 running |
-    worker: 1 running, 1 queued | queued 12s | elapsed 1m05s
+    worker: 2 running | 812 samples/s | queued 12s | elapsed 1m05s
+
+(the workers' latest throughput together, once they print it, and stragglers named:
+``backends.status.throughput``)
 
 On a terminal (``ProgressMode.LIVE``) the line is redrawn in place and cleared
 before each streamed log line, so logs scroll above it; otherwise (``PLAIN``) a plain
@@ -93,7 +96,12 @@ def queued_for(status: JobStatus, submitted_at: float, now: float) -> float:
 
 def summary(status: JobStatus, submitted_at: float, now: float) -> str:
     """The whole status line (see the module docstring)."""
-    return (f"{status.job_id} {status.state.value} | {role_counts(status)} | "
+    speed = ""
+    if status.samples_per_sec is not None:
+        speed = f" | {status.samples_per_sec:.0f} samples/s"
+        if status.stragglers:
+            speed += f" (straggler: {', '.join(status.stragglers)})"
+    return (f"{status.job_id} {status.state.value} | {role_counts(status)}{speed} | "
             f"queued {clock(queued_for(status, submitted_at, now))} | "
             f"elapsed {clock(now - submitted_at)}")
 

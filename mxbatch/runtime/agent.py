@@ -182,6 +182,8 @@ class Agent:
 
     def _stop_all(self, abort: AbortRecord, wall: float, mono: float) -> None:
         self.aborted = abort
+        for runner in self.runners:  # every role's last output before any teardown note
+            runner.drain_output(mono)
         for runner in self.runners:
             if runner.phase is Phase.QUEUED:
                 runner.record.note = "never started: job aborted"
@@ -190,9 +192,7 @@ class Agent:
                 runner.record.ended_at = wall
                 runner.dirty = True
             elif runner.record.state is not TaskState.FAILED:
-                if runner.phase not in (Phase.STOPPING, Phase.DONE):
-                    runner.say("stopping: %s" % abort.reason)
-                runner.stop(TaskState.CANCELLED, "stopped: " + abort.reason, wall, mono)
+                runner.stop_for_job(abort.reason, wall, mono)
 
     # ------------------------------------------------------------------ periodic work
     def _due(self, name: str, mono: float, interval: float) -> bool:

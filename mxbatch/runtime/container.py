@@ -5,14 +5,17 @@ The supervisor stays on the host; only the role runs in the container:
 
 - docker/podman: ``<runtime> run --rm --init --network host --name <name> --env-file
   <file> -e DMLC_PS_ROOT_URI -e DMLC_PS_ROOT_PORT -e DMLC_NODE_HOST -v <workdir>:<workdir>
-  -v <run dir>:<run dir>:ro [mounts] -w <workdir> [limits] [GPUs] [options] <image>
+  -v <hook dir>:<hook dir>:ro [mounts] -w <workdir> [limits] [GPUs] [options] <image>
   <argv>``; limits: docker ``--ulimit core=0`` unless the spec allows core dumps,
   podman ``--ulimit host`` (the client's limits, RLIMIT_CORE included). The host's
   network, because ps-lite advertises addresses others must reach; ``--init``,
   because Python as PID 1 ignores SIGTERM; the name ``mxbatch-<job-id>-<role>-<rank>``
   (``container_name``), so the container can be removed by name whatever happened to
-  the client; the run directory at the same path (read-only), because the exception
-  hook on PYTHONPATH lives there.
+  the client; the exception hook's directory (``<run dir>/pyhook``, on PYTHONPATH) at
+  the same path, read-only, and alone: the run directory is 0700, and an image's own
+  user (not the submitting uid) could not read the hook through it; Python skips an
+  unreadable PYTHONPATH entry without a word, and an uncaught exception then hung the
+  job in MXNet's exit barrier (measured with a non-root image).
 - apptainer (or singularity): ``apptainer exec --cleanenv --env-file <file> --bind
   <workdir> --bind <run dir>:<run dir>:ro [binds] --pwd <workdir> [--nv] [options]
   <image> <argv>``; no daemon, so the role's processes are the client's own children.
@@ -193,7 +196,8 @@ def run_argv(container: ContainerPlan, job_id: str, workdir: str, layout: RunLay
                "--name", container_name(job_id, role, rank), "--env-file", env_file]
     for name in RENDEZVOUS_VARIABLES:
         command += ["-e", name]
-    command += ["-v", "%s:%s" % (workdir, workdir), "-v", "%s:%s:ro" % (run_dir, run_dir)]
+    hook_dir = layout.pyhook_dir
+    command += ["-v", "%s:%s" % (workdir, workdir), "-v", "%s:%s:ro" % (hook_dir, hook_dir)]
     for mount in container.mounts:
         command += ["-v", mount]
     command += ["-w", workdir]

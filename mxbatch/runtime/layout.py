@@ -10,6 +10,7 @@
   ``DigestRecord`` of the job's watcher;
 - ``tasks/<role>-<rank>.json``: one ``TaskRecord`` per task;
 - ``logs/<role>-<rank>.log``: the role's stdout and stderr plus supervisor notes;
+  ``logs/<role>-<rank>.times``: when each part of it arrived (``logfile``);
   ``logs/<role>-<rank>.out``: the supervisor's own output; ``logs/manager.log``;
   ``logs/<prefix>-<role>.<index>.out``: a batch system's output of one array task;
 - ``jobs/<name>.sh``: batch job scripts; ``<backend>/``: a backend's own files;
@@ -100,6 +101,10 @@ class RunLayout:
     def task_log(self, role: str, rank: int) -> str:
         """The role's stdout and stderr, and the supervisor's notes."""
         return self._path(LOGS, task_log_name(role, rank))
+
+    def task_log_times(self, role: str, rank: int) -> str:
+        """When each part of the task's log arrived (``logfile.TaskLog``)."""
+        return self._path(LOGS, task_name(role, rank) + ".times")
 
     def supervisor_log(self, role: str, rank: int) -> str:
         """What a supervisor itself prints (a crash of the supervisor shows here)."""

@@ -108,3 +108,22 @@ def candidate_ports(low: int, high: int, bind_ip: str = "") -> Iterator[int]:
     for port in ports:
         if port_is_free(bind_ip, port):
             yield port
+
+
+def member_port(low: int, high: int, index: int, tasks: int, bind_ip: str,
+                avoid: int = 0) -> Optional[int]:
+    """The port for task ``index`` (of ``tasks``) to bind as a server or worker: the first
+    free one of its own window of ``low..high`` (the range split evenly, in task order),
+    so that members on one host listen on ports that grow with their task index: ps-lite
+    ranks the nodes of one host by port, and ``kv.rank`` then equals mxbatch's rank.
+    None when its window is empty or taken (ps-lite picks a port itself then);
+    ``avoid``: the scheduler's port."""
+    width = (high - low + 1) // max(1, tasks)
+    if width < 1:
+        return None
+    start = low + index * width
+    for port in range(start, min(start + width, high + 1)):
+        if port != avoid and port_is_free(bind_ip, port):
+            return port
+    return None
+

@@ -122,6 +122,13 @@ class TaskRecord:
     # stopped (SIGSTOP, a frozen cgroup), as its supervisor last measured
     idle_s: float = 0.0
     stopped_s: float = 0.0
+    # the latest metrics the role printed (``metrics``: samples_per_sec from MXNet's
+    # Speedometer, or MXBATCH_METRIC lines) and when they last changed
+    metrics: Dict[str, float] = field(default_factory=dict)
+    metrics_at: Optional[float] = None
+    # where a server or worker listens (``ip:port``), when its supervisor chose the port:
+    # ps-lite's rank order follows it (``backends.psrank``)
+    address: str = ""
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)

@@ -43,9 +43,11 @@ import subprocess
 import time
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from . import listeners, net, osbytes, procstat, pyhook, wire
+from . import listeners, net, notes, osbytes, procstat, pyhook, wire
 from .container import Moment, RoleContainer
 from .environ import role_environment
+from .logfile import TaskLog
+from .metrics import MetricReader
 from .planfile import RunPlan, TaskInfo
 from .procstat import GroupStat
 from .rendezvous import Backoff, Rendezvous
@@ -136,7 +138,8 @@ class TaskRunner:
         self.dirty = True
         self.proc: Optional[subprocess.Popen] = None
         self.output_fd: Optional[int] = None
-        self._log: Optional[int] = None
+        self._log = TaskLog(self.log_path,
+                            plan.layout.task_log_times(task.role.value, task.rank))
         # scheduler
         self._ports: Optional[Iterator[int]] = None
         self._published: Optional[SchedulerRecord] = None
@@ -159,6 +162,7 @@ class TaskRunner:
                                         task.role.value, task.rank)
                           if plan.container is not None else None)
         self._escalated = False  # SIGKILL after the grace period was sent
+        self._metrics = MetricReader()
 
     @property
     def label(self) -> str:
@@ -171,28 +175,41 @@ class TaskRunner:
     # ------------------------------------------------------------------ notes and records
     def say(self, message: str) -> None:
         """A supervisor note, in the task's log."""
-        self.write_log(osbytes.encode("mxbatch supervisor %s: %s\n" % (self.label, message)))
+        self.write_log(osbytes.encode(notes.note(self.label, message)))
 
     def write_log(self, data: bytes) -> None:
         if self.rdv.append_log(self.task.role, self.task.rank, data):
             return  # the rendezvous keeps the log (an ssh host's agent: the submit host)
-        if self._log is None:
-            os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
-            self._log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.write(self._log, data)
+        self._log.write(data)
 
     def on_output(self, data: bytes, mono: float) -> None:
-        """The role wrote ``data`` (the agent read it from the pipe)."""
+        """The role wrote ``data`` (the agent read it from the pipe). Metrics it printed
+        go into the record, which the next heartbeat writes (no extra file operations)."""
         self.write_log(data)
         self._progress_at = mono
+        if self._metrics.feed(data, time.time()):
+            self.record.metrics = dict(self._metrics.latest)
+            self.record.metrics_at = self._metrics.changed_at
+
+    def drain_output(self, mono: float) -> None:
+        """Copy what the role has written and the agent has not read yet into the log,
+        so that its last words come before any note written after them (its exit, the
+        job's teardown). Never blocks; the pipe stays open for the agent to close."""
+        fd = self.output_fd
+        while fd is not None:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:  # BlockingIOError: nothing more for now
+                return
+            if not data:
+                return
+            self.on_output(data, mono)
 
     def close(self) -> None:
         """Release the log; wait (bounded) for the container's removal, if under way."""
         if self.container is not None:
             self.container.wait_removed()
-        if self._log is not None:
-            os.close(self._log)
-            self._log = None
+        self._log.close()
 
     def _set(self, state: TaskState, note: Optional[str] = None) -> None:
         self.record.state = state
@@ -302,7 +319,15 @@ class TaskRunner:
         except (net.NetworkError, OSError) as exc:
             raise self.fail("%s: %s" % (self.label, exc), wall, mono) from None
         self._scheduler = info
-        self._popen(wire.rendezvous_environment(info.ip, info.port, my_ip), wall, mono)
+        env = wire.rendezvous_environment(info.ip, info.port, my_ip)
+        port = None
+        if self.container is None:  # (a container gets the rendezvous variables only)
+            port = net.member_port(self.plan.port_low, self.plan.port_high, self.task.index,
+                                   len(self.plan.tasks), my_ip, avoid=info.port)
+        if port is not None:
+            env[wire.PS_NODE_PORT] = str(port)
+        self.record.address = "%s:%d" % (my_ip, port) if port is not None else ""
+        self._popen(env, wall, mono)
 
     # ------------------------------------------------------------------ stepping
     def step(self, wall: float, mono: float, workers_done_seen: Optional[float]) -> None:
@@ -351,6 +376,7 @@ class TaskRunner:
             self.stop(TaskState.SUCCEEDED, "stopped after every worker succeeded", wall, mono)
 
     def _exited(self, code: int, wall: float, mono: float) -> None:
+        self.drain_output(mono)  # the role's last words before the supervisor's
         if (self.task.role is Role.SCHEDULER and code > 0 and self._published is not None
                 and not self._published.listening):  # exited (port taken?), not killed
             port = self._published.port
@@ -378,12 +404,17 @@ class TaskRunner:
             self.say("exited with code 0")
             self._finish(TaskState.SUCCEEDED, wall)
             return
-        how = ("was killed by %s" % self.record.signal if code < 0
+        how = self._how(code)
+        self.say(how)
+        raise self.fail("%s %s" % (self.label, how), wall, mono, code, self.record.signal)
+
+    def _how(self, code: int) -> str:
+        """How the role ended: ``exited with code 2``, ``was killed by SIGKILL``."""
+        how = ("was killed by %s" % signal_name(code) if code < 0
                else "exited with code %d" % code)
         if self.container is not None and code in _RUNTIME_EXIT_CODES:
             how += " (%s)" % _RUNTIME_EXIT_CODES[code]
-        self.say(how)
-        raise self.fail("%s %s" % (self.label, how), wall, mono, code, self.record.signal)
+        return how
 
     def _check_listening(self, wall: float, mono: float) -> None:
         """Publish ``listening`` once the role's own socket listens on its port; a port
@@ -456,6 +487,36 @@ class TaskRunner:
         _killpg(self.proc.pid, signal.SIGTERM)
         _killpg(self.proc.pid, signal.SIGCONT)  # a stopped process sees SIGTERM only now
         self.phase = Phase.STOPPING
+
+    def stop_for_job(self, reason: str, wall: float, mono: float) -> None:
+        """Stop because the job is ending for ``reason`` (another task failed, a cancel):
+        CANCELLED, with a teardown note; but a role that has already ended by itself
+        keeps its own outcome."""
+        if self.phase in (Phase.STOPPING, Phase.DONE):
+            return
+        if self.phase is Phase.RUNNING and self.proc is not None \
+                and self.proc.poll() is not None:
+            self._ended_by_itself(self.proc.returncode, wall, mono)
+            return
+        self.drain_output(mono)
+        self.say(notes.STOPPING + reason)
+        self.stop(TaskState.CANCELLED, "stopped: " + reason, wall, mono)
+
+    def _ended_by_itself(self, code: int, wall: float, mono: float) -> None:
+        """The role ended on its own before this supervisor saw it (another task's failure
+        is stopping the job meanwhile): it keeps its own outcome, FAILED with its own exit
+        code (not CANCELLED by the teardown), or SUCCEEDED."""
+        self.drain_output(mono)
+        self.record.exit_code, self.record.signal = code, signal_name(code)
+        if code == 0:
+            self.say("exited with code 0")
+            self.record.note = ""
+            self._finish(TaskState.SUCCEEDED, wall)
+            return
+        how = self._how(code)
+        self.say(how)
+        self.record.note = how
+        self._finish(TaskState.FAILED, wall)
 
     def _stopping(self, mono: float) -> None:
         assert self.proc is not None and self._final is not None

@@ -24,6 +24,10 @@ from .paths import mxbatch_home
 
 DEFAULT_BACKEND = "local"
 
+#: stands for the list of registered backends in a help text; the reference (and each
+#: command's help) fills it in from the registry
+BACKENDS = "{backends}"
+
 #: metadata keys of ``spec_field`` (``help`` is the one ``typed.option`` uses too)
 HELP, KEY, TYPE, DEFAULT, TOP_LEVEL = "help", "spec_key", "spec_type", "spec_default", "top"
 
@@ -156,8 +160,8 @@ class JobSpec:
         default_text="the backend's ceiling (local 1000, others 10000)", default=None)
     locations: Locations = dataclasses.field(
         default_factory=lambda: Locations(None), compare=False, repr=False)
-    backend: Optional[str] = spec_field("where the job runs (local, sge, slurm, yarn, a "
-                                        "plugin); --backend wins", default_text="local",
+    backend: Optional[str] = spec_field(f"where the job runs: {BACKENDS}, or a plugin's "
+                                        "name; --backend wins", default_text="local",
                                         default=None)
 
     def role(self, role: Role) -> RoleSpec:

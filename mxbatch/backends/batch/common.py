@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import enum
 import os
 import re
 import string
@@ -23,7 +24,7 @@ import subprocess
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from ... import shell
 from ...errors import BackendUnavailable, CommandError, MxbatchError, SubmissionRejected
@@ -216,8 +217,46 @@ class NativeView:
 HandleT = TypeVar("HandleT", bound=Handle)
 
 
+class Inside(str, enum.Enum):
+    """``backends.<sge|slurm>.inside``: run the job inside the allocation this process
+    runs in (tasks as job steps / ``qrsh -inherit`` tasks of it) instead of submitting."""
+
+    AUTO = "auto"    # inside when this process runs in an allocation of the system
+    TRUE = "true"    # inside; no allocation here is an error (exit 2)
+    FALSE = "false"  # always submit new jobs
+
+    @classmethod
+    def _missing_(cls, value: object) -> "Optional[Inside]":
+        """YAML's ``true``/``false`` are booleans."""
+        if isinstance(value, bool):
+            return cls.TRUE if value else cls.FALSE
+        return None
+
+
+def inside_help(what: str) -> str:
+    """The help of a batch backend's ``inside`` option (``what``: the allocation)."""
+    return (f"run the job inside the {what} this process runs in instead of submitting: "
+            "auto (when there is one), true, false")
+
+
 class BatchBackend(Backend[object, BatchRequest, HandleT]):
     """Render/submit/status/cancel for array-job schedulers; subclasses fill in natives."""
+
+    #: the registry name of the backend that runs a job inside an allocation of this
+    #: scheduler (``hosts.allocation``), and the variable that says this process runs in one
+    inside_backend: str = ""
+    allocation_variable: str = ""
+
+    def variant(self, environ: Mapping[str, str]) -> Backend:
+        """The in-allocation backend when ``inside`` is true, or auto and
+        ``allocation_variable`` is set; else this one."""
+        inside = getattr(self.options, "inside", Inside.FALSE)
+        if not self.inside_backend or inside is Inside.FALSE or (
+                inside is Inside.AUTO and not environ.get(self.allocation_variable)):
+            return self
+        from ..registry import backend_class
+
+        return backend_class(self.inside_backend)(self.options)
 
     script_template: str = ""
     role_containers = True

@@ -33,6 +33,7 @@ from ...spec.plan import JobPlan
 from ...spec.typed import option
 from ...spec.units import format_duration
 from ..base import Handle, Rollback
+from ..hosts import placement
 from ..status import NativeState
 from . import drmaa as drmaa_glue
 from .common import (
@@ -40,10 +41,12 @@ from .common import (
     BatchBackend,
     BatchRequest,
     Directive,
+    Inside,
     NativeView,
     RoleGroup,
     Unrepresentable,
     directive_lines,
+    inside_help,
     job_id_export,
     job_name,
     native_directives,
@@ -109,6 +112,8 @@ class SlurmOptions:
                                "node; het components with several tasks also get "
                                "--ntasks-per-node=1) or gpus (--gpus-per-task=N)")
     extra: Tuple[str, ...] = option((), "more sbatch options, passed last and unchanged")
+    inside: Inside = option(Inside.AUTO, inside_help(
+        "Slurm allocation (SLURM_JOB_ID: salloc, sbatch, srun --pty), one srun step a node,"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,6 +207,8 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
     job_id_pattern = SBATCH_JOB_ID
     daemon_probe = ("scontrol", "ping")
     drmaa_extra_args = ("--array-base", "1")  # slurm-drmaa numbers array tasks from 1
+    inside_backend = "slurm-steps"
+    allocation_variable = placement.SLURM_JOB_ID
 
     # ------------------------------------------------------------------ checks
     def submitter(self) -> Submitter:
