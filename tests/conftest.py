@@ -83,6 +83,12 @@ class Cli:
                               text=True, timeout=timeout, cwd=cwd,
                               env=dict(self.env, **(env or {})))
 
+    def run_bytes(self, *args: str, timeout: float = 180, cwd: Optional[Path] = None,
+                  env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+        """``run`` with stdout and stderr as bytes (output that need not be UTF-8)."""
+        return subprocess.run([sys.executable, "-m", "mxbatch", *args], capture_output=True,
+                              timeout=timeout, cwd=cwd, env=dict(self.env, **(env or {})))
+
     def popen(self, *args: str, env: Optional[Dict[str, str]] = None, **kwargs):
         return subprocess.Popen([sys.executable, "-m", "mxbatch", *args],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

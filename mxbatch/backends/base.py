@@ -44,12 +44,13 @@ from typing import (
 
 from ..errors import MxbatchError
 from ..quoting import env_assignments, shell_words
+from ..runtime import osbytes
 from ..runtime.layout import RunLayout
 from ..runtime.planfile import DEFAULT_ABORT_POLL_S, RunPlan
 from ..runtime.rendezvous import FileRendezvous, Rendezvous
 from ..runtime.roles import Role
 from ..runtime.states import AbortKind, AbortRecord
-from ..spec.plan import JobPlan
+from ..spec.plan import DEFAULT_MAX_TASKS, JobPlan
 from ..spec.schema import ContainerRuntime, JobSpec
 from ..spec.typed import from_data, to_data
 from . import containers, rundir
@@ -194,6 +195,9 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     poll_interval_s: ClassVar[float] = 1.0
     #: how often supervisors look for the abort record (the file on shared storage)
     abort_poll_s: ClassVar[float] = DEFAULT_ABORT_POLL_S
+    #: the most tasks a job may have here unless its spec's ``max_tasks`` says otherwise
+    #: (a count beyond it is a mistake far more often than a plan)
+    max_tasks: ClassVar[int] = DEFAULT_MAX_TASKS
 
     def __init__(self, options: Optional[OptionsT] = None) -> None:
         """``options``: an ``options_class`` instance; its defaults when None."""
@@ -327,7 +331,8 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     def logs(self, record: JobRecord, role: Role, rank: int) -> Iterator[str]:
         """Lines of one task's log (stdout and stderr of the role, supervisor notes)."""
         try:
-            with open(record.layout.task_log(role.value, rank), errors="replace") as handle:
+            with open(record.layout.task_log(role.value, rank), encoding=osbytes.ENCODING,
+                      errors=osbytes.ERRORS) as handle:  # printed as the role wrote it
                 yield from handle
         except FileNotFoundError:
             return

@@ -72,6 +72,7 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
     options_class = LocalOptions
     handle_class = LocalHandle
     poll_interval_s = 0.05  # reading a few local files
+    max_tasks = 1_000  # processes of one machine
 
     def check(self, plan: JobPlan) -> None:
         interface = plan.spec.network.interface

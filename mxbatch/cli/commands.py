@@ -9,7 +9,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import click
 
@@ -23,6 +23,7 @@ from ..jobs.cause import Cause, failure_cause
 from ..jobs.follow import follow, supervise
 from ..jobs.interrupts import HeldSignals, check_interrupted
 from ..jobs.scripts import missing_scripts
+from ..runtime.roles import Role
 from ..spec import config as siteconfig
 from ..spec import parse as specs
 from ..spec.envflags import common_env
@@ -163,16 +164,18 @@ def launch(**flags) -> None:
         click.echo(launchcli.spec_yaml(args, backend), nl=False)
         return
     if args.render:
-        _render(spec, backend, args.render, None, None)
+        _render(spec, backend, args.render, None, None, launchcli.count_flags(args))
         return
     _submit_and_maybe_follow(spec, backend, None, None, not args.detach, args.quiet,
-                             args.as_json)
+                             args.as_json, count_flags=launchcli.count_flags(args))
 
 
 def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Optional[int],
                              servers: Optional[int], wait: bool, quiet: bool,
-                             as_json: bool = False) -> None:
-    backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers)
+                             as_json: bool = False,
+                             count_flags: Optional[Dict[Role, str]] = None) -> None:
+    backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers,
+                                    count_flags=count_flags)
     if backend.workdir_is_here():
         for missing in missing_scripts(spec):
             _err(f"mxbatch: warning: {missing.message()}")
@@ -375,15 +378,19 @@ def render(spec_file: Path, backend: Optional[str], workers: Optional[int],
 
 
 def _render(spec: specs.JobSpec, backend: str, output_format: str, workers: Optional[int],
-            servers: Optional[int]) -> None:
-    """``render``'s output (and ``launch --render``'s): text, json or shell."""
+            servers: Optional[int], count_flags: Optional[Dict[Role, str]] = None) -> None:
+    """``render``'s output (and ``launch --render``'s): text, json or shell.
+    ``count_flags``: the flags that set counts in ``spec`` (default: ``-n``, ``-s``)."""
+    if count_flags is None:
+        count_flags = jobs.count_flags_of(workers, servers)
     if output_format == "shell":
         from ..jobs.shellscript import render_script
 
-        click.echo(render_script(specs.with_counts(spec, workers, servers), backend), nl=False)
+        click.echo(render_script(specs.with_counts(spec, workers, servers), backend,
+                                 count_flags=count_flags), nl=False)
         return
     _, request = jobs.prepare(spec, backend, workers=workers, servers=servers,
-                              for_submit=False)
+                              for_submit=False, count_flags=count_flags)
     if output_format == "json":
         click.echo(jsonout.dumps(jsonout.document(request.to_dict())))
     else:

@@ -41,6 +41,7 @@ import click
 from ..backends.registry import load_site_config
 from ..errors import SpecError
 from ..runtime import wire
+from ..runtime.roles import Role
 from ..spec import config as siteconfig
 from ..spec.envflags import common_env, role_env
 from ..spec.schema import JobSpec
@@ -61,6 +62,8 @@ MISPLACED_FLAGS = ("-n", "-s", "-H", "--launcher", "--num-workers", "--num-serve
 _DASHDASH = "launch.dashdash"
 #: backends that take hosts (-H) from the command line
 HOST_BACKENDS = ("ssh", "mpi")
+#: launch.py's names of the count flags
+WORKERS_FLAG, SERVERS_FLAG = "-n/--num-workers", "-s/--num-servers"
 P3_ENV = {wire.DMLC_PS_VAN_TYPE: "p3", wire.DMLC_PS_WATER_MARK: "10"}
 
 
@@ -88,6 +91,7 @@ class LaunchArgs:
     stall_timeout: Optional[str] = None
     container: Optional[str] = None
     mounts: Tuple[str, ...] = ()
+    max_tasks: Optional[int] = None
     profile: Optional[str] = None
     detach: bool = False
     quiet: bool = False
@@ -136,6 +140,9 @@ _OPTIONS: List[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
                       "(docker, podman or apptainer)."),
     click.option("--mount", "mounts", multiple=True, metavar="HOST:CONTAINER[:ro]",
                  help="With --container: a bind mount for every role (repeatable)."),
+    click.option("--max-tasks", type=int, default=None, metavar="N",
+                 help="Allow up to N tasks (the spec's max_tasks; default: the backend's "
+                      "ceiling, local 1000, others 10000)."),
     click.option("--render", type=click.Choice(RENDER_FORMATS), default=None,
                  help="Print the job instead of running it: text or json (as render), "
                       "shell (a bash script), yaml (a job spec that submit runs as the "
@@ -223,9 +230,16 @@ def backend_of(args: LaunchArgs) -> Optional[str]:
     return chosen
 
 
+def count_flags(args: LaunchArgs) -> Dict[Role, str]:
+    """The flags that set role counts (for errors about a count), of those given."""
+    return {role: flag for role, flag, count in ((Role.WORKER, WORKERS_FLAG, args.workers),
+                                                 (Role.SERVER, SERVERS_FLAG, args.servers))
+            if count is not None}
+
+
 def job_data(args: LaunchArgs, environ: Dict[str, str], cwd: Path) -> Dict[str, Any]:
     """The job spec (as plain data) the command line describes."""
-    for flag, count in (("-n/--num-workers", args.workers), ("-s/--num-servers", args.servers)):
+    for flag, count in ((WORKERS_FLAG, args.workers), (SERVERS_FLAG, args.servers)):
         if count is not None and count < 1:
             raise SpecError(f"must be at least 1, got {count}", key=flag)
     env = dict(P3_ENV) if args.p3 else {}
@@ -250,6 +264,8 @@ def job_data(args: LaunchArgs, environ: Dict[str, str], cwd: Path) -> Dict[str, 
         data["rendezvous"] = rendezvous
     if args.container or args.mounts:
         data["container"] = container_data(args.container, args.mounts)
+    if args.max_tasks is not None:
+        data["max_tasks"] = args.max_tasks
     backend = backend_of(args)
     hosts: Dict[str, Any] = {}
     if args.hostfile:

@@ -53,7 +53,7 @@ def config_show(spec_file: Optional[Path], profile: Optional[str], backend: Opti
                 workers: Optional[int], servers: Optional[int], as_json: bool) -> None:
     """Print the merged settings (flags > SPEC_FILE > profile > defaults > built-in),
     each with the file and line, or flag, it came from."""
-    from ..spec.parse import with_counts
+    from ..spec.parse import SERVERS_FLAG, WORKERS_FLAG, with_counts
 
     site = load_site_config()
     spec = siteconfig.site_job(spec_file, profile=profile, site=site, command=["COMMAND"],
@@ -63,9 +63,9 @@ def config_show(spec_file: Optional[Path], profile: Optional[str], backend: Opti
     if backend:
         flags[("backend",)] = "--backend"
     if workers is not None:
-        flags[("roles", Role.WORKER.value, "count")] = "-n/--workers"
+        flags[("roles", Role.WORKER.value, "count")] = WORKERS_FLAG
     if servers is not None:
-        flags[("roles", Role.SERVER.value, "count")] = "-s/--servers"
+        flags[("roles", Role.SERVER.value, "count")] = SERVERS_FLAG
     settings = effective_settings(spec, siteconfig.backend_name(spec, backend), flags)
     if spec_file is None:
         settings = [s for s in settings if not _job_only(s)]

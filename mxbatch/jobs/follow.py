@@ -16,7 +16,7 @@ from ..backends.base import Backend, LogReader, load_run_plan
 from ..backends.records import JobRecord
 from ..backends.status import JobState, JobStatus
 from ..errors import WaitTimeout
-from ..runtime import notes
+from ..runtime import notes, osbytes
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import Rendezvous
 from ..runtime.states import AbortKind, AbortRecord, TaskState
@@ -71,7 +71,7 @@ class LogTail:
             lines.append(self.partial)
             self.partial = b""
         for line in lines:
-            yield start, line.decode(errors="replace")
+            yield start, osbytes.decode(line)  # printed as the role wrote it
             start += len(line) + 1
 
     def skip_to_last(self, count: int) -> None:

@@ -7,13 +7,14 @@ Everything that can fail on bad input fails before anything is created.
 from __future__ import annotations
 
 import os
-from typing import Optional, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 from ..backends import containers, records, rundir
 from ..backends.base import Backend, Request
 from ..backends.registry import backend_class, options_for
+from ..runtime.roles import Role
 from ..spec import plan as planning
-from ..spec.parse import with_counts
+from ..spec.parse import SERVERS_FLAG, WORKERS_FLAG, with_counts
 from ..spec.schema import JobSpec
 
 
@@ -29,17 +30,29 @@ def backend_for_record(record: records.JobRecord) -> Backend:
     return backend_class(record.backend).from_record(record)
 
 
+def count_flags_of(workers: Optional[int], servers: Optional[int]) -> Dict[Role, str]:
+    """The flags (``-n``/``-s``) that set role counts, of those given, for errors."""
+    return {role: flag for role, flag, count in ((Role.WORKER, WORKERS_FLAG, workers),
+                                                 (Role.SERVER, SERVERS_FLAG, servers))
+            if count is not None}
+
+
 def prepare(spec: JobSpec, backend_name: str, *, workers: Optional[int] = None,
-            servers: Optional[int] = None, for_submit: bool = True
-            ) -> Tuple[Backend, Request]:
+            servers: Optional[int] = None, for_submit: bool = True,
+            count_flags: Optional[Mapping[Role, str]] = None) -> Tuple[Backend, Request]:
     """Validate everything and render the submission; creates nothing.
-    ``for_submit``: also check that the backend is usable and the run directory creatable."""
+    ``for_submit``: also check that the backend is usable and the run directory creatable;
+    ``count_flags``: the flags that set role counts, for errors (default: ``-n``/``-s``
+    for ``workers``/``servers`` when given)."""
     spec = with_counts(spec, workers=workers, servers=servers)
     backend = backend_for_spec(spec, backend_name)
     backend.check_container(spec)
+    if count_flags is None:
+        count_flags = count_flags_of(workers, servers)
     job_plan = planning.make(spec, backend_name, loopback_only=backend.loopback_only,
                              abort_poll_s=backend.abort_poll_s,
-                             role_containers=backend.role_containers)
+                             role_containers=backend.role_containers,
+                             max_tasks=backend.max_tasks, count_flags=count_flags)
     backend.check(job_plan)
     containers.check_spec(job_plan)
     if for_submit:

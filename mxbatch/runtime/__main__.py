@@ -41,6 +41,7 @@ from typing import Dict, List, Optional
 from .agent import Agent
 from .kvrendezvous import KeyValueRendezvous
 from .layout import RunLayout
+from .osbytes import relay_streams
 from .planfile import RunPlan, TaskInfo
 from .remote import main as remote_main
 from .remote import merged_environment
@@ -121,6 +122,7 @@ def _environ(path: Optional[str]) -> Optional[Dict[str, str]]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    relay_streams()  # the supervisor's own output may quote commands and values
     args = _parser().parse_args(argv)
     run_dir = os.path.abspath(args.run_dir)
     if args.command == "remote":

@@ -64,7 +64,8 @@ class SchedulerRecord:
     """Where the scheduler of ``job_id`` listens. Published as soon as its role starts
     (``listening`` false), again once the listening socket on the port is the role's
     own (true: only then do members start); a new ``attempt`` means it moved to another
-    port before it listened."""
+    port before it listened; ``ended``: its role exited with 0 without ever listening
+    (a command that is no ps-lite scheduler), so members start without one."""
 
     job_id: str
     ip: str
@@ -73,6 +74,13 @@ class SchedulerRecord:
     pid: Optional[int] = None
     attempt: int = 1
     listening: bool = False
+    ended: bool = False
+
+    @property
+    def joinable(self) -> bool:
+        """Members may start their roles: the scheduler's own socket listens (or it
+        ended without one, and there is nothing to join)."""
+        return self.listening or self.ended
 
     @property
     def address(self) -> str:

@@ -15,7 +15,8 @@ Contract of a role process:
   ``SchedulerRecord`` (``listening`` false), then again with ``listening`` once the
   listening socket on that port is the role's own (``listeners``: the kernel's word,
   not a connect, which another program on the port would accept too); members start
-  their roles only then, so they never join whatever else holds the address. A port
+  their roles only then, so they never join whatever else holds the address (or once
+  the scheduler's role exited with 0 without listening: ``ended``, no ps-lite). A port
   taken between the free-port probe and the role's bind (the role exits with an error
   before listening, or another process listens there) is retried on another port with
   ``attempt + 1``, at most ``SCHEDULER_ATTEMPTS`` times (a role killed by a signal is a
@@ -42,7 +43,7 @@ import subprocess
 import time
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from . import listeners, net, notes, procstat, pyhook, wire
+from . import listeners, net, notes, osbytes, procstat, pyhook, wire
 from .container import Moment, RoleContainer
 from .environ import role_environment
 from .logfile import TaskLog
@@ -174,7 +175,7 @@ class TaskRunner:
     # ------------------------------------------------------------------ notes and records
     def say(self, message: str) -> None:
         """A supervisor note, in the task's log."""
-        self.write_log(notes.note(self.label, message).encode())
+        self.write_log(osbytes.encode(notes.note(self.label, message)))
 
     def write_log(self, data: bytes) -> None:
         if self.rdv.append_log(self.task.role, self.task.rank, data):
@@ -249,7 +250,7 @@ class TaskRunner:
                 self.container.wait_removed()
             self._escalated = False
             try:
-                argv, env, skipped = self.container.prepare(
+                started = self.container.prepare(
                     self.environ, functools.partial(
                         role_environment, inherit=self.plan.inherit_env,
                         task_env=self.task.env, rendezvous_env={}, hook_dir=hook_dir),
@@ -258,9 +259,14 @@ class TaskRunner:
                 raise self.fail("%s: cannot run its %s container: %s"
                                 % (self.label, self.container.plan.runtime.value,
                                    exc.strerror or exc), wall, mono) from None
-            if skipped:
+            argv, env = started.argv, started.env
+            if started.skipped:
                 self.say("left out of the container's environment (a value with a newline, "
-                         "or a name that is no identifier): %s" % ", ".join(skipped))
+                         "or a name that is no identifier): %s" % ", ".join(started.skipped))
+            if started.not_utf8:
+                self.say("not UTF-8, so given to the container with U+FFFD for each byte "
+                         "that is not (%s takes UTF-8 only): %s"
+                         % (self.container.plan.runtime.value, ", ".join(started.not_utf8)))
             # docker and podman pass SIGTERM on to the container; SIGKILL would orphan it
             if self.container.daemon:
                 deathsig = signal.SIGTERM
@@ -340,7 +346,7 @@ class TaskRunner:
         if mono < self._next_poll:
             return
         info = self.rdv.read_scheduler()
-        if info is not None and info.job_id == self.plan.job_id and info.listening:
+        if info is not None and info.job_id == self.plan.job_id and info.joinable:
             self._start_member(info, wall, mono)
             return
         if wall > self.plan.startup_deadline:
@@ -389,6 +395,11 @@ class TaskRunner:
                             % (code, self._published.attempt), wall, mono, code,
                             signal_name(code))
         self.record.exit_code, self.record.signal = code, signal_name(code)
+        if (code == 0 and self.task.role is Role.SCHEDULER and self._published is not None
+                and not self._published.listening):
+            # no ps-lite scheduler (launch -- hostname): the members run without one
+            self._published = SchedulerRecord(**dict(self._published.to_dict(), ended=True))
+            self.rdv.publish_scheduler(self._published)
         if code == 0:
             self.say("exited with code 0")
             self._finish(TaskState.SUCCEEDED, wall)

@@ -44,7 +44,8 @@ BACKEND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 
 #: the top-level keys of a job spec
 SPEC_KEYS = ("name", "backend", "command", "workdir", "env", "inherit_env", "resources",
-             "roles", "network", "rendezvous", "container", "backends", "core_dumps")
+             "roles", "network", "rendezvous", "container", "backends", "core_dumps",
+             "max_tasks")
 
 def load(path: Path) -> JobSpec:
     """Read and validate the spec file at ``path``."""
@@ -94,6 +95,7 @@ def from_mapping(data: Any, *, base_dir: Path, default_name: str = "job",
     backend_options = root.take("backends", lambda v, p: _backends(v, p, locations, errors),
                                 default={})
     core_dumps = root.take("core_dumps", _bool, default=False)
+    max_tasks = root.take("max_tasks", _int(1), default=None)
     root.finish()
     if "workdir" not in root.failed and not workdir.is_dir():
         errors.add(locations.error(("workdir",), f"no such directory: {workdir}"))
@@ -101,7 +103,11 @@ def from_mapping(data: Any, *, base_dir: Path, default_name: str = "job",
     return JobSpec(name=name, workdir=workdir, env=env, inherit_env=inherit_env, roles=roles,
                    network=network, rendezvous=rendezvous, backend_options=backend_options,
                    source=source, container=container, core_dumps=core_dumps,
-                   locations=locations, backend=backend)
+                   max_tasks=max_tasks, locations=locations, backend=backend)
+
+
+#: the flags of ``submit``, ``render``, ``config show`` that override role counts
+WORKERS_FLAG, SERVERS_FLAG = "-n/--workers", "-s/--servers"
 
 
 def with_counts(spec: JobSpec, workers: Optional[int] = None,
@@ -112,7 +118,7 @@ def with_counts(spec: JobSpec, workers: Optional[int] = None,
         if count is None:
             continue
         if count < minimum:
-            flag = "-n/--workers" if role is Role.WORKER else "-s/--servers"
+            flag = WORKERS_FLAG if role is Role.WORKER else SERVERS_FLAG
             raise SpecError(f"must be at least {minimum}, got {count}", key=flag)
         roles[role] = dataclasses.replace(roles[role], count=count)
     return dataclasses.replace(spec, roles=roles)

@@ -154,6 +154,10 @@ class JobSpec:
                                                     "(YARN: docker)", default=None)
     core_dumps: bool = spec_field("roles may write core files (else RLIMIT_CORE is 0)",
                                   default=False)
+    max_tasks: Optional[int] = spec_field(
+        "the most tasks (scheduler, servers, workers) the job may have: a count above "
+        "the backend's ceiling is a spec error unless this raises it",
+        default_text="the backend's ceiling (local 1000, others 10000)", default=None)
     locations: Locations = dataclasses.field(
         default_factory=lambda: Locations(None), compare=False, repr=False)
     backend: Optional[str] = spec_field(f"where the job runs: {BACKENDS}, or a plugin's "

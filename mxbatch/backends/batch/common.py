@@ -29,7 +29,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Typ
 from ... import shell
 from ...errors import BackendUnavailable, CommandError, MxbatchError, SubmissionRejected
 from ...quoting import quote, shell_words
-from ...runtime import wire
+from ...runtime import osbytes, wire
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan, TaskInfo
 from ...runtime.rendezvous import FileRendezvous
@@ -465,7 +465,7 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
         Path(layout.jobs_dir).mkdir(mode=0o700)
         for name, text in request.scripts.items():
             path = Path(layout.job_script(name))
-            path.write_text(text)
+            path.write_bytes(osbytes.encode(text))  # paths and values as the OS gave them
             path.chmod(0o700)
 
     def status(self, record: JobRecord) -> JobStatus:

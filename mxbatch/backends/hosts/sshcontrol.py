@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ...runtime import wire
+from ...runtime import osbytes, wire
 from ...runtime.channel import Channel, ChannelClosed, Message, decode_bytes
 from ...runtime.channelrdv import serve_call
 from ...runtime.logfile import TaskLog
@@ -348,7 +348,8 @@ class SshController(Controller):
                 value = serve_call(self.rdv, str(message.get("m")), message.get("a"),
                                    adapt_task=self._local_log)
             except (ValueError, TypeError, KeyError) as exc:
-                os.write(link.log, f"mxbatch controller: bad call {message!r}: {exc}\n".encode())
+                os.write(link.log, osbytes.encode(
+                    f"mxbatch controller: bad call {message!r}: {exc}\n"))
                 value = None
             if "id" in message:
                 link.channel.send({TYPE_KEY: MessageType.RET, "id": message["id"], "v": value})

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ...errors import BackendUnavailable, MxbatchError, SubmissionRejected
+from ...runtime import osbytes
 from ...runtime.layout import RunLayout, task_log_name
 from ...runtime.planfile import RunPlan
 from ...runtime.rendezvous import Rendezvous
@@ -199,7 +200,7 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
         (target / appspec.PLAN_FILE).write_text(request.container_plan)
         env = target / appspec.ENV_FILE
         env.touch(mode=0o600)
-        env.write_text(request.env_file)
+        env.write_bytes(osbytes.encode(request.env_file))  # values as the OS gave them
         (target / "skein.json").write_text(json.dumps(request.application, indent=1))
 
     def launch(self, request: YarnRequest, layout: RunLayout, rollback: Rollback) -> YarnHandle:
@@ -327,7 +328,7 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
                      if container else "no container seen by mxbatch")
             raise MxbatchError(f"no log of {role.value}[{rank}] from YARN ({where}); with "
                                f"log aggregation: yarn logs -applicationId {job.app_id}")
-        yield from data.decode(errors="replace").splitlines(keepends=True)
+        yield from osbytes.decode(data).splitlines(keepends=True)
 
 
 def _running(job: YarnJob) -> bool:
