@@ -44,11 +44,12 @@ from typing import (
 from ..cli.jsonout import SCHEMA
 from ..errors import MxbatchError
 from ..quoting import env_assignments, shell_words
+from ..runtime.attempts import AttemptsRecord, read_attempts
 from ..runtime.layout import RunLayout
 from ..runtime.planfile import RunPlan
-from ..runtime.rendezvous import FileRendezvous, Rendezvous
+from ..runtime.rendezvous import FileRendezvous, Rendezvous, atomic_write_json
 from ..runtime.roles import Role
-from ..runtime.states import AbortKind, AbortRecord
+from ..runtime.states import AbortKind, AbortRecord, EndReason
 from ..spec.plan import JobPlan
 from ..spec.schema import ContainerRuntime, JobSpec
 from ..spec.typed import from_data, to_data
@@ -174,7 +175,19 @@ HandleT = TypeVar("HandleT", bound=Handle)
 def cancel_abort() -> AbortRecord:
     """The abort record ``mxbatch cancel`` writes."""
     return AbortRecord(kind=AbortKind.CANCELLED, reason="cancelled by the user",
-                       by="mxbatch cancel")
+                       by="mxbatch cancel", end=EndReason.CANCELLED)
+
+
+def attempts_of(record: JobRecord) -> Optional[AttemptsRecord]:
+    """The job's attempts (``attempts.json``); None before its attempt loop started, or
+    for a job that has none (a batch job with restarts off)."""
+    return read_attempts(record.layout.attempts_record)
+
+
+def current_attempt(record: JobRecord) -> int:
+    """The index of the job's current attempt (0 without an attempts record)."""
+    attempts = attempts_of(record)
+    return attempts.current.index if attempts is not None else 0
 
 
 class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
@@ -195,6 +208,10 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     poll_interval_s: ClassVar[float] = 1.0
     #: how often supervisors look for the abort record (the file on shared storage)
     abort_poll_s: ClassVar[float] = 1.0
+    #: what a signal to a task's supervisor means here (signal name -> ``EndReason``
+    #: value): a batch system's SIGTERM is a preemption, its warning before the time
+    #: limit the walltime
+    signal_ends: ClassVar[Dict[str, str]] = {}
 
     def __init__(self, options: Optional[OptionsT] = None) -> None:
         """``options``: an ``options_class`` instance; its defaults when None."""
@@ -282,9 +299,9 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         """Per-task and job state, merged from records and the backend's view."""
 
     def rendezvous(self, record: JobRecord) -> Rendezvous:
-        """The job's shared state (task records, abort) as the CLI reads and writes it:
-        by default the files of the run directory."""
-        return FileRendezvous(record.run_dir)
+        """The shared state (task records, abort) of the job's current attempt as the CLI
+        reads and writes it: by default the files of the run directory."""
+        return FileRendezvous(record.run_dir, current_attempt(record))
 
     # ------------------------------------------------------------------ cancelling
     def await_stopped(self, record: JobRecord, handle: HandleT,
@@ -298,25 +315,32 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
 
     def cancel(self, record: JobRecord) -> None:
         """Stop the job; idempotent; nothing remains queued or running afterwards (its
-        containers on this host included, whatever killed their supervisors)."""
+        containers on this host included, whatever killed their supervisors). The
+        job's own cancel record comes first (an attempt loop waiting between two
+        attempts starts no other), then the current attempt's abort record."""
         handle = self.handle_of(record)
         run = load_run_plan(record)
         if not self.status(record).terminal:
+            atomic_write_json(record.layout.cancel, cancel_abort().to_dict())
             self.rendezvous(record).write_abort(cancel_abort())
             self.await_stopped(record, handle, run)
         self.remove(record, handle, run)
         containers.remove_leftovers(run)
 
     # ------------------------------------------------------------------ logs
-    def log_reader(self, record: JobRecord, role: Role, rank: int) -> Optional[LogReader]:
-        """How the CLI reads one task's log while following the job; None: the file
-        ``RunLayout.task_log`` on this machine."""
+    def log_reader(self, record: JobRecord, role: Role, rank: int,
+                   attempt: int = 0) -> Optional[LogReader]:
+        """How the CLI reads one task's log of ``attempt`` while following the job; None:
+        the file ``RunLayout.attempt(attempt).task_log`` on this machine."""
         return None
 
-    def logs(self, record: JobRecord, role: Role, rank: int) -> Iterator[str]:
-        """Lines of one task's log (stdout and stderr of the role, supervisor notes)."""
+    def logs(self, record: JobRecord, role: Role, rank: int,
+             attempt: int = 0) -> Iterator[str]:
+        """Lines of one task's log of ``attempt`` (stdout and stderr of the role,
+        supervisor notes)."""
+        path = record.layout.attempt(attempt).task_log(role.value, rank)
         try:
-            with open(record.layout.task_log(role.value, rank), errors="replace") as handle:
+            with open(path, errors="replace") as handle:
                 yield from handle
         except FileNotFoundError:
             return

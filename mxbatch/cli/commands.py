@@ -101,14 +101,16 @@ def main() -> None:
               help="Follow the job, stream its logs and exit with its outcome.")
 @click.option("--quiet", "-q", is_flag=True,
               help="With --wait: do not stream logs nor show the status line.")
+@click.option("--max-restarts", type=int, default=None, metavar="N",
+              help="Relaunch the job up to N times (overrides restarts.max).")
 @_JSON
 def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
            servers: Optional[int], profile: Optional[str], wait: bool, quiet: bool,
-           as_json: bool) -> None:
+           max_restarts: Optional[int], as_json: bool) -> None:
     """Submit the job described by SPEC_FILE; print its id."""
     spec = siteconfig.load_job(spec_file, profile=profile)
     _submit_and_maybe_follow(spec, siteconfig.backend_name(spec, backend), workers, servers,
-                             wait, quiet, as_json)
+                             wait, quiet, as_json, max_restarts=max_restarts)
 
 
 @main.command(context_settings=launchcli.CONTEXT)
@@ -128,8 +130,10 @@ def launch(**flags) -> None:
 
 def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Optional[int],
                              servers: Optional[int], wait: bool, quiet: bool,
-                             as_json: bool = False) -> None:
-    backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers)
+                             as_json: bool = False,
+                             max_restarts: Optional[int] = None) -> None:
+    backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers,
+                                    max_restarts=max_restarts)
     attached = backend.attach(request) if wait else None
     check_interrupted()  # a Ctrl-C Python dropped while preparing: submit nothing
     # from here until the job is supervised (or followed), Ctrl-C is held back so that
@@ -172,7 +176,8 @@ def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *
     try:
         status, interrupted = supervise(backend, record, stream_logs=stream_logs,
                                         echo=progress.wrap(click.echo),
-                                        on_status=progress.on_status, held=held)
+                                        on_status=progress.on_status, held=held,
+                                        note=progress.wrap(_err))
     except KeyboardInterrupt:  # a second Ctrl-C before the supervisor took the signals
         progress.clear()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -204,7 +209,7 @@ def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
             held.release()  # a Ctrl-C held back meanwhile: KeyboardInterrupt now
         status = follow(backend, record, stream_logs=stream_logs,
                         echo=progress.wrap(click.echo), timeout=timeout,
-                        on_status=progress.on_status)
+                        on_status=progress.on_status, note=progress.wrap(_err))
     except KeyboardInterrupt:
         progress.clear()
         if not cancel_on_interrupt:
@@ -305,6 +310,7 @@ def status(job_id: str, as_json: bool) -> None:
         click.echo(f"reason: {result.reason}")
     if result.log:
         click.echo(f"log: {result.log}")
+    _show_attempts(result)
     rows = [("TASK", "STATE", "HOST", "PID", "EXIT", "NOTE")]
     for task in result.tasks:
         exit_text = task.signal or ("" if task.exit_code is None else str(task.exit_code))
@@ -316,6 +322,29 @@ def status(job_id: str, as_json: bool) -> None:
                    + "  " + row[5])
 
 
+def _show_attempts(result: JobStatus) -> None:
+    """The attempts of a job with restarts: which one the tasks below belong to, and how
+    every attempt ended (the table's ATTEMPT is ``MXBATCH_ATTEMPT``, from 0)."""
+    if result.max_attempts <= 1 and len(result.attempts) <= 1:
+        return
+    click.echo(f"attempt {result.attempt} (MXBATCH_ATTEMPT; at most {result.max_attempts} "
+               "attempts, the tasks below are this one's)")
+    if result.excluded_hosts:
+        click.echo("excluded hosts (node failures): " + ", ".join(result.excluded_hosts))
+    rows = [("ATTEMPT", "STARTED", "ENDED", "REASON", "DETAIL")]
+    for attempt in result.attempts:
+        ended = time.strftime("%H:%M:%S", time.localtime(attempt.ended_at)) \
+            if attempt.ended_at else ""
+        detail = "; ".join(x for x in (attempt.detail, attempt.decision) if x)
+        rows.append((str(attempt.index),
+                     time.strftime("%H:%M:%S", time.localtime(attempt.started_at)), ended,
+                     attempt.reason or "running", detail))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        click.echo("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4]))
+                   + "  " + row[4])
+
+
 @main.command()
 @click.argument("job_id", shell_complete=job_ids)
 @click.option("--role", type=click.Choice([r.value for r in Role]), default=None,
@@ -323,19 +352,33 @@ def status(job_id: str, as_json: bool) -> None:
 @click.option("--rank", type=int, default=None,
               help="Only tasks of this rank; a task the job does not have is an error (exit 4).")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the job ends.")
-def logs(job_id: str, role: Optional[str], rank: Optional[int], follow: bool) -> None:
+@click.option("--attempt", type=int, default=None,
+              help="The logs of this attempt (MXBATCH_ATTEMPT; default: the current one).")
+def logs(job_id: str, role: Optional[str], rank: Optional[int], follow: bool,
+         attempt: Optional[int]) -> None:
     """Print the logs of JOB_ID (all tasks prefixed, or one task)."""
+    from ..backends.base import current_attempt
+
     record = records.load(job_id)
     backend = jobs.backend_for_record(record)
     plan_tasks = _chosen_tasks(record, role, rank)
+    latest = current_attempt(record)
+    if attempt is None:
+        attempt = latest
+    elif not 0 <= attempt <= latest:
+        raise JobNotFound(f"job {job_id} has no attempt {attempt} (attempts 0-{latest})")
     if role is not None and not follow:
         task = min(plan_tasks, key=lambda t: t.rank)  # --role alone: its rank 0
-        for line in backend.logs(record, task.role, task.rank):
+        # (attempt 0 as before: a plugin's logs() may not know attempts)
+        for line in backend.logs(record, task.role, task.rank, *([attempt] if attempt else [])):
             click.echo(line, nl=False)
         return
     width = max([len(t.label) for t in plan_tasks] or [1])
-    tails = [LogTail(Path(record.layout.task_log(t.role.value, t.rank)),
-                     f"{t.label:<{width}} | ", backend.log_reader(record, t.role, t.rank))
+    layout = record.layout.attempt(attempt)
+    tails = [LogTail(Path(layout.task_log(t.role.value, t.rank)),
+                     f"{t.label:<{width}} | ",
+                     backend.log_reader(record, t.role, t.rank,
+                                        *([attempt] if attempt else [])))
              for t in plan_tasks]
     while True:
         done = not follow or backend.status(record).terminal

@@ -79,6 +79,7 @@ class LaunchArgs:
     stall_timeout: Optional[str] = None
     container: Optional[str] = None
     mounts: Tuple[str, ...] = ()
+    max_restarts: Optional[int] = None
     profile: Optional[str] = None
     detach: bool = False
     quiet: bool = False
@@ -127,6 +128,10 @@ _OPTIONS: List[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
                       "(docker, podman or apptainer)."),
     click.option("--mount", "mounts", multiple=True, metavar="HOST:CONTAINER[:ro]",
                  help="With --container: a bind mount for every role (repeatable)."),
+    click.option("--max-restarts", type=int, default=None, metavar="N",
+                 help="Relaunch the whole job up to N times when an attempt ends on a "
+                      "failure, preemption, walltime or node failure (restarts.max; "
+                      "default 0: never). Roles see MXBATCH_ATTEMPT."),
     click.option("--detach", is_flag=True, help="Return at once with the job id."),
     click.option("--quiet", "-q", is_flag=True,
                  help="Do not stream logs nor show the status line."),
@@ -209,6 +214,11 @@ def job_data(args: LaunchArgs, environ: Dict[str, str], cwd: Path) -> Dict[str, 
         data["rendezvous"] = rendezvous
     if args.container or args.mounts:
         data["container"] = container_data(args.container, args.mounts)
+    if args.max_restarts is not None:
+        if args.max_restarts < 0:
+            raise SpecError(f"must be at least 0, got {args.max_restarts}",
+                            key="--max-restarts")
+        data["restarts"] = {"max": args.max_restarts}  # over the profile's restarts
     backend = backend_of(args)
     hosts: Dict[str, Any] = {}
     if args.hostfile:

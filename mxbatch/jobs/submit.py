@@ -12,7 +12,7 @@ from ..backends import containers, records, rundir
 from ..backends.base import Backend, Request
 from ..backends.registry import backend_class
 from ..spec import plan as planning
-from ..spec.parse import with_counts
+from ..spec.parse import with_counts, with_max_restarts
 from ..spec.schema import JobSpec
 
 
@@ -28,16 +28,19 @@ def backend_for_record(record: records.JobRecord) -> Backend:
 
 
 def prepare(spec: JobSpec, backend_name: str, *, workers: Optional[int] = None,
-            servers: Optional[int] = None, for_submit: bool = True
-            ) -> Tuple[Backend, Request]:
+            servers: Optional[int] = None, for_submit: bool = True,
+            max_restarts: Optional[int] = None) -> Tuple[Backend, Request]:
     """Validate everything and render the submission; creates nothing.
-    ``for_submit``: also check that the backend is usable and the run directory creatable."""
-    spec = with_counts(spec, workers=workers, servers=servers)
+    ``for_submit``: also check that the backend is usable and the run directory creatable;
+    ``max_restarts``: ``--max-restarts`` over the spec's ``restarts.max``."""
+    spec = with_max_restarts(with_counts(spec, workers=workers, servers=servers),
+                             max_restarts)
     backend = backend_for_spec(spec, backend_name)
     backend.check_container(spec)
     job_plan = planning.make(spec, backend_name, loopback_only=backend.loopback_only,
                              abort_poll_s=backend.abort_poll_s,
-                             role_containers=backend.role_containers)
+                             role_containers=backend.role_containers,
+                             signal_ends=backend.signal_ends)
     backend.check(job_plan)
     containers.check_spec(job_plan)
     if for_submit:

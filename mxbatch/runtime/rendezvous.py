@@ -31,10 +31,16 @@ import abc
 import json
 import os
 import random
-import socket
 import time
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
+from .jsonfile import (  # noqa: F401 (atomic_write_json, read_json: re-exported)
+    temp_name,
+    unlink_quietly,
+    write_synced,
+    atomic_write_json,
+    read_json,
+)
 from .layout import RunLayout
 from .planfile import RunPlan
 from .roles import Role
@@ -107,14 +113,15 @@ class Rendezvous(abc.ABC):
 
 
 class FileRendezvous(Rendezvous):
-    """The rendezvous as files of a run directory (see the module docstring)."""
+    """The rendezvous as files of a run directory (see the module docstring), of one
+    attempt of the job (``attempt``: its records, ``RunLayout.attempt``)."""
 
-    def __init__(self, run_dir: str) -> None:
-        self.layout = RunLayout(run_dir)
+    def __init__(self, run_dir: str, attempt: int = 0) -> None:
+        self.layout = RunLayout(run_dir, attempt)
         self.ops = 0
 
     def prepare(self, plan: RunPlan) -> None:
-        os.makedirs(self.layout.tasks_dir, exist_ok=True)
+        os.makedirs(self.layout.tasks_dir, mode=0o700, exist_ok=True)
         for path in (self.layout.scheduler, self.layout.digest, self.layout.abort):
             self._write(path, {})  # unpublished
         for task in plan.tasks:
@@ -146,19 +153,19 @@ class FileRendezvous(Rendezvous):
     def write_abort(self, record: AbortRecord) -> bool:
         if not record.at:
             record.at = time.time()
-        tmp = _temp_name(self.layout.abort)
+        tmp = temp_name(self.layout.abort)
         self.ops += 1
-        _write_synced(tmp, json.dumps(record.to_dict(), sort_keys=True).encode())
+        write_synced(tmp, json.dumps(record.to_dict(), sort_keys=True).encode())
         try:
             self.ops += 1
             os.link(tmp, self.layout.abort_lock)
         except FileExistsError:
             self.ops += 1
-            _unlink_quietly(tmp)
+            unlink_quietly(tmp)
             self._republish_first_abort()
             return False
         except BaseException:
-            _unlink_quietly(tmp)
+            unlink_quietly(tmp)
             raise
         self.ops += 1
         os.replace(tmp, self.layout.abort)  # the lock's own file: abort.json is it now
@@ -254,51 +261,6 @@ class MirroredRendezvous(Rendezvous):
         if self._mirrored.get(record.key) != data:
             self.mirror.write_task(record)
             self._mirrored[record.key] = data
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _temp_name(target: str) -> str:
-    head, tail = os.path.split(target)
-    return os.path.join(head, ".%s.%s.%d.%d.tmp" % (tail, socket.gethostname(), os.getpid(),
-                                                     random.getrandbits(32)))
-
-
-def _write_synced(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def atomic_write_json(path: str, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` by temp file + fsync + rename."""
-    tmp = _temp_name(path)
-    try:
-        _write_synced(tmp, json.dumps(data, sort_keys=True).encode())
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
-
-
-def read_json(path: str) -> Optional[Any]:
-    """The JSON in ``path``; None when missing, unreadable or incomplete."""
-    try:
-        with open(path, "rb") as handle:
-            return json.loads(handle.read().decode())
-    except (OSError, ValueError):
-        return None
 
 
 class Backoff:

@@ -307,12 +307,14 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
                                f"cluster admins (yarn application -status {job.app_id})")
 
     # ------------------------------------------------------------------ logs
-    def log_reader(self, record: JobRecord, role: Role, rank: int) -> Optional[LogReader]:
+    def log_reader(self, record: JobRecord, role: Role, rank: int,
+                   attempt: int = 0) -> Optional[LogReader]:
         job = self._job(record)
         return LogFollower(lambda: job.containers().get((role, rank)),
                            task_log_name(role.value, rank))
 
-    def logs(self, record: JobRecord, role: Role, rank: int) -> Iterator[str]:
+    def logs(self, record: JobRecord, role: Role, rank: int,
+             attempt: int = 0) -> Iterator[str]:
         job = self._job(record)
         container = job.containers().get((role, rank))
         data = (fetch(container, task_log_name(role.value, rank))
