@@ -29,7 +29,8 @@ of MXNet's own image-classification examples: see docs/long-jobs.md.
 
 Options: ``--epochs``, ``--checkpoint-dir`` (default ``$CHECKPOINT_DIR`` or
 ``./checkpoint``), ``--checkpoint-signal`` (default SIGUSR1). Test hooks
-(environment): ``STEP_SLEEP`` slows every step (seconds).
+(environment): ``STEP_SLEEP`` slows every step (seconds); ``PRINT_EVERY`` (default 10):
+a progress line every so many steps. The first step of each attempt prints its time.
 """
 
 import argparse
@@ -146,6 +147,8 @@ def main() -> None:
               "starting over", flush=True)
 
     step_sleep = float(os.environ.get("STEP_SLEEP", 0))
+    print_every = int(os.environ.get("PRINT_EVERY", 10))
+    first_step = True
     for epoch in range(progress["epoch"], args.epochs):
         skip = progress["batch"] if epoch == progress["epoch"] else 0
         total, count = 0.0, 0
@@ -163,7 +166,11 @@ def main() -> None:
             progress["epoch"], progress["batch"] = epoch, index + 1
             done = progress["epoch_steps"]
             done[str(epoch)] = done.get(str(epoch), 0) + 1
-            if progress["steps"] == 1 or progress["steps"] % 10 == 0:
+            if first_step:
+                first_step = False
+                print(f"{tag} first step of attempt {attempt} at {time.time():.3f}",
+                      flush=True)
+            if progress["steps"] == 1 or progress["steps"] % print_every == 0:
                 print(f"{tag} step {progress['steps']} epoch {epoch} batch {index + 1}",
                       flush=True)
             if step_sleep:

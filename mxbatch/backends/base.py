@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import os
 import shutil
+import socket
 import sys
 from pathlib import Path
 from typing import (
@@ -223,7 +225,23 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         return cls(from_data(cls.options_class, record.options, strict=False))
 
     def handle_of(self, record: JobRecord) -> HandleT:
+        """The native ids of the job's current attempt: those of the attempt's native
+        submission (``attempts.json``) for a batch job's relaunch, else the record's."""
+        attempts = attempts_of(record)
+        if attempts is not None and attempts.current.native:
+            return self.handle_class.from_dict(attempts.current.native)
         return self.handle_class.from_dict(record.handle)
+
+    def attempt_handles(self, record: JobRecord) -> List[HandleT]:
+        """The native ids of every attempt of the job, the first's first (cancel makes
+        sure nothing of any of them is left)."""
+        handles = [self.handle_class.from_dict(record.handle)]
+        attempts = attempts_of(record)
+        for attempt in attempts.attempts if attempts is not None else []:
+            handle = self.handle_class.from_dict(attempt.native) if attempt.native else None
+            if handle is not None and handle not in handles:
+                handles.append(handle)
+        return handles
 
     # ------------------------------------------------------------------ checks
     def check(self, plan: JobPlan) -> None:
@@ -282,6 +300,25 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
                          spec_path=str(plan.spec.source) if plan.spec.source else None,
                          handle=handle.to_dict(), options=to_data(self.options))
 
+    def started(self, record: JobRecord) -> None:
+        """The job is submitted and its record saved: start what drives it beyond this
+        process (a batch job's driver of attempts, with restarts on). Default: nothing."""
+
+    #: a batch or YARN job with restarts has a driver process of its attempts
+    #: (``driver``), which relaunches it through ``relaunch``
+    def relaunch(self, record: JobRecord, run: RunPlan, attempt: Any,
+                 rollback: Rollback) -> HandleT:
+        """Submit attempt ``attempt`` (a ``jobloop.AttemptContext``: its index, why, the
+        hosts to leave out) of a submitted job natively; its handle."""
+        raise NotImplementedError(f"backend {self.name!r} cannot relaunch a job")
+
+    def lost_end(self, record: JobRecord, handle: HandleT, run: RunPlan,
+                 lost: List[Any]) -> Optional[Any]:
+        """What the scheduler says of tasks whose supervisors vanished (``lost``: their
+        ``TaskStatus``): an ``attempts.AttemptEnd`` (node failure, preemption, time
+        limit), or None when it knows nothing more."""
+        return None
+
     def attach(self, request: RequestT) -> Optional[RequestT]:
         """The request for supervising the job in this process (``supervise_here``),
         for an attached ``submit --wait``/``launch``; None when this backend cannot."""
@@ -324,8 +361,21 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
             atomic_write_json(record.layout.cancel, cancel_abort().to_dict())
             self.rendezvous(record).write_abort(cancel_abort())
             self.await_stopped(record, handle, run)
-        self.remove(record, handle, run)
+            self.await_driver(record, run)
+        for each in self.attempt_handles(record):  # the current one, any queued one
+            self.remove(record, each, run)
         containers.remove_leftovers(run)
+
+    def await_driver(self, record: JobRecord, run: RunPlan) -> None:
+        """After a cancel: wait (bounded) until the driver of the job's attempts has
+        ended (it starts no other attempt once the cancel record is there)."""
+        from ..runtime import procs
+
+        attempts = attempts_of(record)
+        if attempts is None or attempts.final or attempts.driver_pid is None:
+            return
+        if attempts.driver_pid != os.getpid() and attempts.driver_host == socket.gethostname():
+            procs.wait_gone([attempts.driver_pid], run.grace_s + 60)
 
     # ------------------------------------------------------------------ logs
     def log_reader(self, record: JobRecord, role: Role, rank: int,

@@ -54,4 +54,9 @@ def submit(backend: Backend, request: Request) -> records.JobRecord:
     """Execute the request and save its record."""
     record = backend.submit(request)
     records.save(record)
+    try:
+        backend.started(record)
+    except BaseException:
+        backend.cancel(record)  # nothing half-done: the job goes, its record says so
+        raise
     return record

@@ -478,6 +478,9 @@ def run_attempts(backend_cls: Any, first: Controller, config: Dict[str, Any],
 
     loop = AttemptLoop(plan, run_attempt, on_tick=on_tick,
                        usable=lambda excluded: backend_cls.usable(config, plan, excluded))
+    # the handlers nest: the loop's (between attempts) under each controller's; the
+    # first took its own before it prepared (a signal then is kept in it, and acted on)
+    first.release_signals()
     record = loop.run()
     signal_name = loop.signal_received or (cancelled_by[0] if cancelled_by else None)
     return record, signal_name
