@@ -58,9 +58,10 @@ def attempt_logs(run: Path, attempt: int) -> str:
     return "".join(read(p) for p in sorted(logs.glob("worker-*.log")))
 
 
-def start_training(slurm: Cli, spec: Path):
+def start_training(slurm: Cli, spec: Path, epochs: int = 3, step_sleep: float = 0.15):
     job = slurm.submit(spec, "--backend", "slurm",
-                       env={"EPOCHS": "3", "STEP_SLEEP": "0.15", "PRINT_EVERY": "1"})
+                       env={"EPOCHS": str(epochs), "STEP_SLEEP": str(step_sleep),
+                            "PRINT_EVERY": "1"})
     run = run_dir_of(slurm, job)
     log0 = run / "logs" / "worker-0.log"
     wait_for(lambda: re.search(r"epoch 0 loss .* checkpoint saved", read(log0)), 400,
@@ -126,7 +127,9 @@ def numbers(what: str, fault_at: float, run: Path, final: dict, stopped_at: int)
 
 def test_node_failure_relaunches_without_the_node(slurm, tmp_path):
     spec = resume_spec(tmp_path, "slurm-nodefail")
-    job, run = start_training(slurm, spec)
+    # slow enough that the training outlasts Slurm's SlurmdTimeout (60 s on the test
+    # cluster) after the fault: only then does Slurm declare the node failed
+    job, run = start_training(slurm, spec, epochs=5, step_sleep=0.4)
     node = task_record(run, "worker", 0)["host"]
     log0 = run / "logs" / "worker-0.log"
     try:
@@ -143,7 +146,7 @@ def test_node_failure_relaunches_without_the_node(slurm, tmp_path):
     assert status["excluded_hosts"] == [node] and status["attempts"][1]["excluded"] == [node]
     assert node not in {t["host"] for t in status["tasks"]}
     assert f"excluded hosts (node failures): {node}" in slurm.run("status", job).stdout
-    final = assert_every_epoch_once(spec.parent, 3)
+    final = assert_every_epoch_once(spec.parent, 5)
     numbers("slurm node failure", fault_at, run, final, last_step(read(log0)) or stopped_at)
     wait_queue_empty(lambda: slurm_queued(slurm, job), job, 60)
     assert_no_processes(job, timeout=30)
