@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,7 @@ def test_killed_worker_resumes_from_its_checkpoint(cli, tmp_path):
     wait_for(lambda: last_step(read(log0)) >= BATCHES + 10, 120, "steps into epoch 1")
     victim = task_record(run, "worker", 0)["pid"]
     os.kill(victim, signal.SIGKILL)
+    killed, stopped_at = time.time(), last_step(read(log0))
     result = cli.run("wait", job, "--timeout", "400", timeout=420)
     assert result.returncode == 0, result.stderr
     status = cli.status(job)
@@ -77,6 +79,9 @@ def test_killed_worker_resumes_from_its_checkpoint(cli, tmp_path):
         read(run / "attempts" / "1" / "logs" / "worker-1.log")
     assert "attempt=1 restart_reason=failure" in resumed
     assert f"resumed from the checkpoint: epoch 1 batch 0 ({BATCHES} steps)" in resumed
+    first = float(re.search(r"first step of attempt 1 at ([\d.]+)", resumed).group(1))
+    print(f"\nNUMBERS local SIGKILL: fault to first step {first - killed:.1f} s, steps redone "
+          f"{stopped_at - BATCHES} of a checkpoint interval of {BATCHES}")
     text = cli.run("status", job).stdout
     assert re.search(r"\n  0 .* failure +worker\[0\] was killed by SIGKILL", text), text
     assert re.search(r"\n  1 .* succeeded", text), text

@@ -28,8 +28,13 @@ import pytest
 
 from .clusterjobs import run_dir_of, slurm_queued, wait_queue_empty
 from .conftest import Cli, assert_no_processes, cluster_environment, task_record, wait_for
-from .test_mxnet_restarts import BATCHES, assert_every_epoch_once, copy_resume_example
-from .test_mxnet_restarts import last_step, read
+from .test_mxnet_restarts import (
+    BATCHES,
+    assert_every_epoch_once,
+    copy_resume_example,
+    last_step,
+    read,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.mxnet]
 

@@ -16,8 +16,13 @@ import pytest
 
 from .conftest import FAKEROLE, task_record, wait_for
 from .hostjobs import assert_clean, kill, records, ssh_session_of
-from .test_mxnet_restarts import BATCHES, assert_every_epoch_once, copy_resume_example
-from .test_mxnet_restarts import last_step, read
+from .test_mxnet_restarts import (
+    BATCHES,
+    assert_every_epoch_once,
+    copy_resume_example,
+    last_step,
+    read,
+)
 
 pytestmark = pytest.mark.ssh
 

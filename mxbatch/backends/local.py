@@ -21,7 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, ClassVar, Dict, List, Optional, Tuple
 
 from ..quoting import shell_words
 from ..runtime import net, procs, wire
@@ -77,7 +77,8 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
     options_class = LocalOptions
     handle_class = LocalHandle
     poll_interval_s = 0.05  # reading a few local files
-    signal_ends = {"SIGTERM": "preempted"}  # when restarts.on lists it; else a cancel
+    #: when restarts.on lists it; else a cancel
+    signal_ends: ClassVar[Dict[str, str]] = {"SIGTERM": "preempted"}
 
     def check(self, plan: JobPlan) -> None:
         interface = plan.spec.network.interface

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Dict, List, Mapping, Optional
-
 import time
+from typing import Any, Dict, List, Mapping, Optional
 
 from ..runtime.attempts import AttemptsRecord
 from ..runtime.planfile import RunPlan

@@ -34,12 +34,12 @@ import random
 import time
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
-from .jsonfile import (  # noqa: F401 (atomic_write_json, read_json: re-exported)
+from .jsonfile import (
+    atomic_write_json,
+    read_json,
     temp_name,
     unlink_quietly,
     write_synced,
-    atomic_write_json,
-    read_json,
 )
 from .layout import RunLayout
 from .planfile import RunPlan

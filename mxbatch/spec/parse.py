@@ -21,10 +21,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from ..backends import registry
 from ..errors import SpecError
-from ..runtime.roles import Role
-from .located import KeyPath, Locations, load_located
 from ..runtime.attempts import ON_ALIASES, RESTARTABLE
+from ..runtime.roles import Role
 from ..runtime.states import EndReason
+from .located import KeyPath, Locations, load_located
 from .schema import (
     ContainerRuntime,
     ContainerSpec,

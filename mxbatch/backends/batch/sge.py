@@ -34,7 +34,7 @@ import re
 import shutil
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from ...errors import BackendUnavailable
 from ...runtime.jobloop import AttemptContext
@@ -196,8 +196,9 @@ class SgeBackend(BatchBackend[SgeHandle]):
     daemon_probe = ("qstat", "-g", "c")
     #: -notify: SIGUSR2 before a kill (qdel, qmod -rj, h_rt), SIGUSR1 before a suspension
     #: and at s_rt (the walltime less the checkpoint lead)
-    signal_ends = {"SIGTERM": EndReason.PREEMPTED.value, "SIGUSR2": EndReason.PREEMPTED.value,
-                   "SIGUSR1": EndReason.WALLTIME.value}
+    signal_ends: ClassVar[Dict[str, str]] = {
+        "SIGTERM": EndReason.PREEMPTED.value, "SIGUSR2": EndReason.PREEMPTED.value,
+        "SIGUSR1": EndReason.WALLTIME.value}
 
     # ------------------------------------------------------------------ checks
     def submitter(self) -> Submitter:

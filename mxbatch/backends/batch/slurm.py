@@ -33,7 +33,7 @@ import enum
 import os
 import re
 import shutil
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from ...errors import BackendUnavailable, CommandError, MxbatchError
 from ...quoting import shell_words
@@ -218,7 +218,8 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
     daemon_probe = ("scontrol", "ping")
     drmaa_extra_args = ("--array-base", "1")  # slurm-drmaa numbers array tasks from 1
     #: SIGTERM: a preemption (or a scancel by hand); SIGUSR1: --signal=B:USR1@lead
-    signal_ends = {"SIGTERM": EndReason.PREEMPTED.value, "SIGUSR1": EndReason.WALLTIME.value}
+    signal_ends: ClassVar[Dict[str, str]] = {"SIGTERM": EndReason.PREEMPTED.value,
+                                             "SIGUSR1": EndReason.WALLTIME.value}
 
     # ------------------------------------------------------------------ checks
     def submitter(self) -> Submitter:

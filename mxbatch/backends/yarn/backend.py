@@ -118,6 +118,9 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
     # ------------------------------------------------------------------ checks
     def check(self, plan: JobPlan) -> None:
         options = self.options
+        if plan.run.restarts.enabled:
+            raise plan.spec.error(("restarts", "max"), "the YARN backend does not relaunch "
+                                  "jobs yet", "set restarts.max: 0 (see docs/long-jobs.md)")
         if not options.queue.strip():
             raise plan.spec.error(("backends", "yarn", "queue"), "must not be empty")
         if options.rm_url and not options.rm_url.startswith(("http://", "https://")):
