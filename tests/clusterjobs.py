@@ -124,7 +124,7 @@ def assert_job_environment(tmp_path: Path, run_dir: Path, job: str, rank: int
 
 def run_dir_of(cli: Cli, job: str) -> Path:
     """The job's run directory, from its job record."""
-    return Path(json.loads((cli.home / "jobs" / f"{job}.json").read_text())["run_dir"])
+    return cli.run_dir(job)
 
 
 def abort_record(run_dir: Path) -> dict:

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,8 @@ import pytest
 from mxbatch.runtime import procs
 from mxbatch.runtime.layout import RunLayout
 from mxbatch.runtime.planfile import RunPlan
+
+from .polling import poll
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -102,6 +105,13 @@ class Cli:
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)
 
+    def run_dir(self, job: str) -> Path:
+        """The job's run directory: the one its record names, else the default place."""
+        record = self.home / "jobs" / f"{job}.json"
+        if record.is_file():
+            return Path(json.loads(record.read_text())["run_dir"])
+        return self.run_dir(job)
+
     def run_dirs(self) -> List[Path]:
         runs = self.home / "runs"
         return sorted(runs.iterdir()) if runs.is_dir() else []
@@ -114,13 +124,10 @@ def cli(home) -> Cli:
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
     """Poll ``predicate`` until truthy; fail the test naming ``what`` at the deadline."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+    value = poll(predicate, bool, timeout, interval)
+    if not value:
+        pytest.fail(f"timed out after {timeout}s waiting for {what}")
+    return value
 
 
 def task_record(run_dir: Path, role: str, rank: int) -> Optional[dict]:
@@ -238,3 +245,36 @@ def interrupt(proc: subprocess.Popen, timeout: float, what: str = "mxbatch") -> 
     except subprocess.TimeoutExpired:
         proc.kill()
         pytest.fail(f"{what} still running {timeout:g} s after SIGINT:\n{proc.communicate()}")
+
+
+@pytest.fixture
+def sge(home) -> "Cli":
+    """The CLI with the SGE test cell's environment (ci/clusters/sge-up.sh)."""
+    return Cli(home, cluster_environment("sge"))
+
+
+@pytest.fixture
+def slurm(home) -> "Cli":
+    """The CLI with the Slurm test cluster's environment (ci/clusters/slurm-up.sh)."""
+    return Cli(home, cluster_environment("slurm"))
+
+
+def time_wait_port() -> int:
+    """A port of 127.0.0.1 nothing listens on, left in TIME_WAIT by a closed connection
+    as an ended scheduler leaves it: the listener had SO_REUSEADDR (zmq sets it) and its
+    side closed first, so the kernel keeps that end for a minute."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    server, _ = listener.accept()
+    listener.close()
+    server.close()  # first: this end (127.0.0.1:port) goes to TIME_WAIT
+    client.recv(1)  # its FIN arrived
+    client.close()
+    wait_for(lambda: any(line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "06"
+                         for line in Path("/proc/net/tcp").read_text().splitlines()[1:]),
+             10, f"port {port} in TIME_WAIT")
+    return port

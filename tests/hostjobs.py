@@ -48,7 +48,7 @@ def start_long_job(cli, hosts_env: Dict[str, str], tmp_path: Path, backend: str,
     """A detached stand-in job whose workers run for minutes, once every task runs."""
     spec = fake_spec(tmp_path, backend, hosts_env, name=name, env={"FAKE_SLEEP": "300"})
     job = cli.submit(spec, "-b", backend)
-    run_dir = cli.home / "runs" / job
+    run_dir = cli.run_dir(job)
     wait_for(lambda: all_running(run_dir, 5), 90, "every task running")
     return job, run_dir
 

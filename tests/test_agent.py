@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ def many_task_spec(tmp_path: Path, *, servers: int, workers: int, extra_env: str
 
 def digest(cli, job: str) -> dict:
     try:
-        return json.loads(Path(RunLayout(str(cli.home / "runs" / job)).digest).read_text())
+        return json.loads(Path(RunLayout(str(cli.run_dir(job))).digest).read_text())
     except (OSError, ValueError):
         return {}
 
@@ -58,7 +59,7 @@ def test_a_256_task_job_is_torn_down_on_one_failure(cli, tmp_path):
     spec = many_task_spec(tmp_path, servers=32, workers=224, name="big")
     job = cli.submit(spec)
     wait_for(lambda: all_running(cli, job, 257), 300, "all 257 tasks to run", interval=0.5)
-    run_dir = cli.home / "runs" / job
+    run_dir = cli.run_dir(job)
     victim = task_record(run_dir, "worker", 100)
     os.kill(victim["pid"], signal.SIGKILL)
     result = cli.run("wait", job, "--timeout", "120")
@@ -80,7 +81,7 @@ def test_a_stopped_worker_fails_the_job_as_a_stall(cli, tmp_path):
     spec.write_text(text)
     job = cli.submit(spec)
     wait_for(lambda: all_running(cli, job, 4), 60, "the tasks to run", interval=0.2)
-    run_dir = cli.home / "runs" / job
+    run_dir = cli.run_dir(job)
     victim = task_record(run_dir, "worker", 1)
     os.kill(victim["pid"], signal.SIGSTOP)
     result = cli.run("wait", job, "--timeout", "60")
@@ -109,9 +110,11 @@ def test_killed_agent_of_a_detached_job_is_noticed(cli, tmp_path):
     spec = many_task_spec(tmp_path, servers=2, workers=2, name="agentkill")
     job = cli.submit(spec)
     wait_for(lambda: all_running(cli, job, 5), 60, "the tasks to run", interval=0.2)
-    agent = task_record(cli.home / "runs" / job, "server", 0)["supervisor_pid"]
+    agent = task_record(cli.run_dir(job), "server", 0)["supervisor_pid"]
     os.kill(agent, signal.SIGKILL)
     result = cli.run("wait", job, "--timeout", "60")
     assert result.returncode == 1
-    assert "lost" in result.stderr
+    # every task of the dead agent is named lost, none is left running
+    assert re.search(r"(scheduler|server|worker)\[\d\] lost: ", result.stderr), result.stderr
+    assert cli.status(job)["state"] == "FAILED"
     assert_no_processes(job)

@@ -23,6 +23,8 @@ from mxbatch.runtime.states import (
     TaskState,
 )
 
+from .polling import poll
+
 
 def channel_pair():
     """Two channels joined by pipes: (agent's, submit host's)."""
@@ -90,10 +92,7 @@ def test_every_call_reaches_the_submit_hosts_files(linked):
     assert remote.read_digest().seq == 3
     assert remote.append_log(Role.WORKER, 1, b"line 1\n") is True
     remote.close(0)
-    for _ in range(50):
-        if relay.bye is not None:
-            break
-        time.sleep(0.1)
+    poll(lambda: relay.bye, lambda bye: bye is not None, 5, 0.1)
     assert relay.bye == 0 and relay.logs[("worker", 1)] == b"line 1\n"
     assert remote.lost is None
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from mxbatch.backends.registry import load_site_config, options_for
+from mxbatch.cli.jsonout import SCHEMA
 from mxbatch.errors import SpecError
 from mxbatch.runtime.roles import Role
 from mxbatch.spec import config as siteconfig
@@ -51,7 +53,7 @@ def test_profile_supplies_queue_rendezvous_dir_and_counts(site, tmp_path):
     assert spec.role(Role.SERVER).count == 1          # the spec wins over the profile
     assert spec.network.port_low == 9100              # the defaults block
     assert spec.env == {"SITE": "everyone"}
-    options = spec.backend_options["sge"]
+    options = options_for(spec, "sge")
     assert (options.queue, options.project, options.pe) == ("gpu.q", "ml", "smp")
 
 
@@ -70,7 +72,7 @@ def test_config_show_names_every_origin_and_the_flag_overrides(cli, site, tmp_pa
                           "USER": "alice"})
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert document["schema"] == 1 and document["profile"] == "campus"
+    assert document["schema"] == SCHEMA and document["profile"] == "campus"
     settings = {s["key"]: s for s in document["settings"]}
     assert settings["roles.worker.count"]["value"] == 5
     assert settings["roles.worker.count"]["origin"] == "command line (-n/--workers)"
@@ -117,7 +119,7 @@ def test_bad_profile_is_a_file_line_key_error(tmp_path, monkeypatch, profile, li
     path = write_spec(tmp_path / "config.yaml", f"# site\nprofiles:\n  p:\n    {profile}\n")
     monkeypatch.setenv("MXBATCH_CONFIG", str(path))
     with pytest.raises(SpecError) as error:
-        siteconfig.load_config()
+        load_site_config()
     assert (error.value.path, error.value.line, error.value.key) == (path, line, key)
     assert words in str(error.value)
 

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +32,7 @@ from mxbatch.runtime.planfile import RunPlan
 from mxbatch.spec import parse as specs
 
 from .conftest import wait_for
+from .polling import poll
 
 SPEC = """\
 name: golden
@@ -67,7 +67,8 @@ def golden_start(runtime: str, request, tmp_path: Path, task: str):
     return [runtime, "run", "--rm", "--init", "--network", "host",
             "--name", f"mxbatch-{job}-{task}", "--env-file", f"{run}/containers/{task}.env",
             "-e", "DMLC_PS_ROOT_URI", "-e", "DMLC_PS_ROOT_PORT", "-e", "DMLC_NODE_HOST",
-            "-v", f"{tmp_path}:{tmp_path}", "-v", f"{run}:{run}:ro", "-v", "/data:/data:ro",
+            "-v", f"{tmp_path}:{tmp_path}", "-v", f"{run}/pyhook:{run}/pyhook:ro",
+            "-v", "/data:/data:ro",
             "-w", str(tmp_path)]
 
 
@@ -300,9 +301,7 @@ def test_process_trees_are_measured_from_proc():
     finally:
         os.killpg(init.pid, signal.SIGKILL)
         init.wait()
-    deadline = time.time() + 5
-    while init.pid in procstat.snapshot([], [init.pid]) and time.time() < deadline:
-        time.sleep(0.05)
+    poll(lambda: init.pid in procstat.snapshot([], [init.pid]), lambda seen: not seen, 5, 0.05)
     assert init.pid not in procstat.snapshot([], [init.pid])
 
 

@@ -21,6 +21,7 @@ from .conftest import (
     interrupt,
     job_times,
     task_record,
+    time_wait_port,
     wait_for,
 )
 
@@ -62,7 +63,8 @@ def test_environment_inherited_and_wired(cli, tmp_path):
     assert result.returncode == 0, result.stderr
     env = json.loads((out / "0.json").read_text())["env"]
     assert env["FROM_SUBMITTER"] == "yes"
-    assert "PORT" not in env
+    assert env["PORT"] != "80"  # the submitter's never leaks; ps-lite's port is mxbatch's
+    assert 9000 <= int(env["PORT"]) <= 9999
     assert env["DMLC_ROLE"] == "worker" and env["DMLC_PS_ROOT_URI"] == "127.0.0.1"
     assert env["DMLC_NODE_HOST"] == "127.0.0.1" and int(env["DMLC_PS_ROOT_PORT"]) >= 9000
     assert env["DMLC_NUM_WORKER"] == "1" and env["DMLC_NUM_SERVER"] == "1"
@@ -118,7 +120,7 @@ def test_worker_exit_code_fails_the_job_and_names_it(cli, tmp_path):
     assert "FAILED: worker[" in result.stderr and "exited with code 3" in result.stderr
     assert "logs/worker-" in result.stderr
     job = result.stdout.strip().splitlines()[0]
-    times = job_times(cli.home / "runs" / job)  # the job's own clock, not the CLI's
+    times = job_times(cli.run_dir(job))  # the job's own clock, not the CLI's
     failed = min(r["ended_at"] for label, r in times.tasks.items() if "worker" in label)
     assert times.abort_at is not None and times.abort_at - failed < 5
     assert times.last_end - times.abort_at < 1 + 5  # grace 1s
@@ -137,7 +139,7 @@ def test_unstartable_command_fails_fast(cli, tmp_path):
 def test_cancel_detached_job(cli, tmp_path):
     spec = fake_spec(tmp_path, extra="env: {FAKE_SLEEP: '600'}\n", grace="2s")
     job = cli.submit(spec)
-    run_dir = cli.home / "runs" / job
+    run_dir = cli.run_dir(job)
     wait_for(lambda: (task_record(run_dir, "worker", 0) or {}).get("state") == "RUNNING", 30,
              "the worker to run")
     assert cli.status(job)["state"] == "RUNNING"
@@ -157,7 +159,7 @@ def test_startup_deadline_names_tasks_that_never_started(cli, tmp_path):
     assert result.returncode == 1
     assert "startup deadline (3s) passed" in result.stderr and "worker[0]" in result.stderr
     job = result.stdout.split()[0]
-    times = job_times(cli.home / "runs" / job)  # the job's own clock, not the CLI's
+    times = job_times(cli.run_dir(job))  # the job's own clock, not the CLI's
     assert 0 <= times.abort_at - times.startup_deadline < 5
     assert times.last_end - times.abort_at < 1 + 5  # grace 1s
     tasks = {t["role"]: t["state"] for t in cli.status(job)["tasks"]}
@@ -168,7 +170,7 @@ def test_startup_deadline_names_tasks_that_never_started(cli, tmp_path):
 def test_killed_supervisor_is_detected(cli, tmp_path):
     spec = fake_spec(tmp_path, extra="env: {FAKE_SLEEP: '600'}\n")
     job = cli.submit(spec)
-    run_dir = cli.home / "runs" / job
+    run_dir = cli.run_dir(job)
     record = wait_for(lambda: (task_record(run_dir, "server", 0) or {}).get("state") == "RUNNING"
                       and task_record(run_dir, "server", 0), 30, "the server to run")
     os.kill(record["supervisor_pid"], signal.SIGKILL)
@@ -212,7 +214,7 @@ def test_ctrl_c_on_attached_submit_cancels(cli, tmp_path, command, moment):
                            cwd=tmp_path)
     job = proc.stdout.readline().strip()
     assert job, proc.communicate(timeout=60)[1]
-    run_dir = cli.home / "runs" / job
+    run_dir = cli.run_dir(job)
     if moment == "scheduler-running":
         wait_for(_running(run_dir, "scheduler"), 60, "the scheduler to run")
     elif moment == "worker-running":
@@ -292,7 +294,7 @@ def test_render_prints_tasks_without_creating_anything(cli, tmp_path):
 def test_run_directory_is_private(cli, tmp_path):
     spec = fake_spec(tmp_path)
     job = cli.run("submit", "--wait", str(spec)).stdout.split()[0]
-    assert (cli.home / "runs" / job).stat().st_mode & 0o777 == 0o700
+    assert (cli.run_dir(job)).stat().st_mode & 0o777 == 0o700
     assert (cli.home / "jobs").stat().st_mode & 0o777 == 0o700
 
 
@@ -305,18 +307,27 @@ def test_launch_style_command(cli, tmp_path, count):
     assert len([t for t in cli.status(job)["tasks"] if t["role"] == "worker"]) == count
 
 
-def test_members_follow_the_scheduler_to_its_retry_port(cli, tmp_path):
+def test_a_port_an_ended_scheduler_left_in_time_wait_is_free(cli, tmp_path):
+    port = time_wait_port()
+    spec = fake_spec(tmp_path, extra=f"network: {{ports: {port}-{port}}}\n")
+    result = cli.run("submit", "--wait", str(spec))
+    assert result.returncode == 0, result.stderr
+    job = result.stdout.split()[0]
+    assert json.loads((cli.run_dir(job) / "scheduler.json").read_text())["port"] == port
+
+
+def test_members_start_only_once_the_scheduler_listens_on_its_retry_port(cli, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     marker = tmp_path / "failed-once"
-    spec = fake_spec(tmp_path, extra=f"env: {{FAKE_OUT: '{out}', FAKE_SLEEP: '3', "
+    spec = fake_spec(tmp_path, extra=f"env: {{FAKE_OUT: '{out}', FAKE_SLEEP: '1', "
                                      f"FAKE_SCHEDULER_FAIL_ONCE: '{marker}'}}\n")
     result = cli.run("submit", "--wait", str(spec))
     assert result.returncode == 0, result.stderr
     job = result.stdout.split()[0]
-    scheduler = json.loads((cli.home / "runs" / job / "scheduler.json").read_text())
+    scheduler = json.loads((cli.run_dir(job) / "scheduler.json").read_text())
     assert scheduler["attempt"] == 2 and scheduler["listening"] is True
     seen = json.loads((out / "0.json").read_text())["env"]
     assert seen["DMLC_PS_ROOT_PORT"] == str(scheduler["port"])
-    log = (cli.home / "runs" / job / "logs" / "worker-0.log").read_text()
-    assert "restarting the role" in log
+    log = (cli.run_dir(job) / "logs" / "worker-0.log").read_text()
+    assert log.count("starting on") == 1, log  # started once, on the port that listened

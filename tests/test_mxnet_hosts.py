@@ -52,7 +52,7 @@ def assert_spread(result, cli, hosts_env, workers: int) -> str:
     assert {n for n, _ in seen.values()} == {workers}
     addresses = set(host_addresses(hosts_env)[h] for h in hosts_env["MXBATCH_TEST_HOST_NAMES"]
                     .split())
-    roles = role_addresses(cli.home / "runs" / job)
+    roles = role_addresses(cli.run_dir(job))
     assert len(roles) == 1 + 2 * workers
     assert set(roles.values()) == addresses  # every role on a test host, all 4 used
     assert len({host for _, host in seen.values()}) == workers  # workers on distinct hosts
@@ -113,7 +113,7 @@ def test_worker_raising_ends_the_job_within_15s(hosts_cli, hosts_env, tmp_path):
     assert "RuntimeError: simulated crash on worker rank 1" in result.stdout
     assert re.search(r"FAILED: worker\[\d\] exited with code 1", result.stderr)
     job = result.stdout.split()[0]
-    run_dir = hosts_cli.home / "runs" / job
+    run_dir = hosts_cli.run_dir(job)
     failed = [r for r in records(run_dir).values() if r["state"] == "FAILED"]
     assert len(failed) == 1 and failed[0]["host"] in hosts_env["MXBATCH_TEST_HOST_NAMES"]
     assert abort_record(run_dir)["at"] - failed[0]["ended_at"] < 2

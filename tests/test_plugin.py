@@ -108,7 +108,7 @@ def test_ctrl_c_on_a_followed_submit_cancels_the_job(plugin_cli, tmp_path, momen
     job = proc.stdout.readline().strip()
     assert job, proc.communicate(timeout=60)[1]
     if moment == "worker-running":
-        run_dir = plugin_cli.home / "runs" / job
+        run_dir = plugin_cli.run_dir(job)
         wait_for(lambda: (task_record(run_dir, "worker", 0) or {}).get("state") == "RUNNING",
                  60, "the worker to run")
     _, err = interrupt(proc, 60)

@@ -36,7 +36,9 @@ def accepted_keys(path: List[str], base: Optional[dict] = None) -> List[str]:
     else:
         data[PROBE_KEY] = 1
     with pytest.raises(SpecError) as error:
-        specs.from_mapping(data, base_dir=ROOT)
+        spec = specs.from_mapping(data, base_dir=ROOT)
+        for name in spec.backend_options:  # the backends' own blocks: their registry's
+            registry.options_for(spec, name)
     hint = error.value.hint or ""
     assert hint.startswith("valid keys: "), (path, str(error.value))
     return hint[len("valid keys: "):].split(", ")

@@ -1,33 +1,25 @@
 """Real MXNet jobs through the real SGE test cluster (ci/clusters/sge-up.sh), both submitters:
-success, GPU requests SGE's consumables accept, a crashing worker, a starved queue, cancel,
-a rejected native spec. Durations come from the job's own records (a loaded machine)."""
+success, GPU requests SGE's consumables accept, a rejected native spec. The crash, the
+starved queue and cancel run for SGE and Slurm alike in tests/test_batch.py. Durations come
+from the job's own records (a loaded machine)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from .clusterjobs import (
-    NEVER_RAN,
-    abort_record,
-    assert_ends_soon_after_abort,
-    created_at,
     example_spec,
     run_dir_of,
     sge_queued,
     wait_queue_empty,
 )
-from .conftest import Cli, assert_no_processes, cluster_environment, wait_for
+from .conftest import Cli, assert_no_processes
 from .test_mxnet_local import assert_trained
 
 pytestmark = [pytest.mark.sge, pytest.mark.mxnet]
 
-
-@pytest.fixture
-def sge(home) -> Cli:
-    return Cli(home, cluster_environment("sge"))
 
 
 def spec_file(tmp_path: Path, *, submitter: str, native: str = "", startup: str = "5m",
@@ -77,52 +69,7 @@ def test_gpu_requests_fit_sges_consumables(sge, tmp_path, resource, consumable):
     assert_no_processes(job)
 
 
-def test_worker_crash_aborts_the_sge_job(sge, tmp_path):
-    spec = spec_file(tmp_path, submitter="drmaa")
-    env = {"CRASH_RANK": "1", "CRASH_AFTER_STEPS": "20", "STEP_SLEEP": "0.02", "EPOCHS": "50"}
-    result = sge.run("submit", "--backend", "sge", "--wait", str(spec), env=env)
-    assert result.returncode == 1
-    assert re.search(r"FAILED: worker\[\d\] exited with code 1", result.stderr)
-    assert re.search(r"see the log: \S+/logs/worker-\d\.log", result.stderr)
-    job = result.stdout.split()[0]
-    assert_ends_soon_after_abort(run_dir_of(sge, job))
-    assert_queue_empty(sge, job)
-    assert_no_processes(job)
 
-
-def test_starved_queue_hits_the_startup_deadline(sge, tmp_path):
-    # tiny.q has 2 slots and only takes jobs asking for -l small: 3 of 5 tasks never start
-    spec = spec_file(tmp_path, submitter="qsub", native="[-l, small]", startup="20s",
-                     name="sge-starved")
-    result = sge.run("submit", "--backend", "sge", "--wait", str(spec))
-    assert result.returncode == 1
-    assert "startup deadline (20s)" in result.stderr
-    job = result.stdout.split()[0]
-    run_dir = run_dir_of(sge, job)
-    abort = abort_record(run_dir)
-    # the deadline is checked every second by supervisors and `wait`: by the records
-    assert abort["kind"] == "FAILED" and "startup deadline (20s)" in abort["reason"]
-    assert abort["at"] - created_at(run_dir) < 20 + 10
-    assert_queue_empty(sge, job)
-    status = sge.status(job)
-    assert status["state"] == "FAILED"
-    # queued tasks that start after the abort exit at once ("not started: job aborted")
-    never = [t for t in status["tasks"] if t["note"].startswith(NEVER_RAN)]
-    assert len(never) >= 3, status["tasks"]
-    assert_no_processes(job)
-
-
-def test_cancel_running_sge_job(sge, tmp_path):
-    spec = spec_file(tmp_path, submitter="drmaa")
-    job = sge.submit(spec, "--backend", "sge", env={"STEP_SLEEP": "0.05", "EPOCHS": "100"})
-    log = sge.home / "runs" / job / "logs" / "worker-0.log"
-    wait_for(lambda: log.exists() and "first step" in log.read_text(), 180, "training")
-    result = sge.run("cancel", job)
-    assert result.returncode == 0, result.stderr
-    assert not sge_queued(sge, job)
-    assert sge.status(job)["state"] == "CANCELLED"
-    assert_no_processes(job)
-    assert sge.run("cancel", job).returncode == 0
 
 
 @pytest.mark.parametrize("submitter", ["drmaa", "qsub"])

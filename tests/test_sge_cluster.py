@@ -18,7 +18,7 @@ from .clusterjobs import (
     wait_queue_empty,
     without_helper_variables,
 )
-from .conftest import Cli, assert_no_processes, cluster_environment, wait_for
+from .conftest import assert_no_processes, wait_for
 
 pytestmark = [pytest.mark.sge]
 
@@ -26,10 +26,6 @@ DRMAA_LIBRARY = "/usr/lib/gridengine-drmaa/lib/libdrmaa.so.1.0"  # Debian's, as 
 #: a rendezvous directory with what SGE's #$ parser cannot carry: a blank, ', " and $
 ODD_RUNS = "runs a'b\"c$d"
 
-
-@pytest.fixture
-def sge(home) -> Cli:
-    return Cli(home, cluster_environment("sge"))
 
 
 @pytest.mark.parametrize("submitter", ["qsub", "drmaa"])

@@ -3,6 +3,7 @@ error state and error translation: no cluster."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mxbatch.backends import records as job_records
-from mxbatch.backends.batch.common import parse_job_id, role_groups
+from mxbatch.backends.batch.common import parse_job_id
 from mxbatch.backends.batch.sge import (
     QSUB_JOB_ID,
     SgeBackend,
@@ -22,27 +23,18 @@ from mxbatch.backends.batch.sge import (
 )
 from mxbatch.backends.status import JobState, NativeState
 from mxbatch.errors import BackendUnavailable, CommandError, SpecError, SubmissionRejected
-from mxbatch.jobs import submit as jobs
 from mxbatch.runtime.states import TaskState
-from mxbatch.spec import parse as specs
-from mxbatch.spec import plan as planning
 
-SPEC = """\
-name: golden
-command: python3 train.py
-resources: {cpus: 2, memory: 4G, walltime: 1h30m}
-roles:
-  server: {count: 1}
-  worker: {count: 3, resources: {gpus: 4}}
-rendezvous: {dir: RUNS}
-backends:
-  sge:
-    queue: gpu.q
-    pe: mpi
-    project: ml
-    gpu_resource: gpu
-    native: [-l, scratch=1G, -notify]
-"""
+from .goldens import golden_plan as golden_plan_of
+from .goldens import golden_spec, group, render_text
+
+SPEC = golden_spec("sge", walltime="1h30m", worker_gpus=4, block="""
+queue: gpu.q
+pe: mpi
+project: ml
+gpu_resource: gpu
+native: [-l, scratch=1G, -notify]
+""")
 
 GOLDEN_WORKER_SCRIPT = """\
 #!/bin/sh
@@ -70,21 +62,8 @@ exec /venv/bin/python /shared/runs/golden-00000001/runtime.pyz run /shared/runs/
 """
 
 
-def golden_plan(tmp_path: Path, *, runs: str = "/shared/runs", options: str = "",
-                text: str = SPEC):
-    """The golden spec (``options``: more lines of ``backends.sge``), checked and planned."""
-    text = text.replace("RUNS", json.dumps(runs.replace("$", "$$"))) + "".join(  # literal
-        f"    {line}\n" for line in options.splitlines())
-    spec = specs.parse(text, tmp_path / "golden.yaml")
-    backend = jobs.backend_for_spec(spec, "sge")
-    plan = planning.make(spec, "sge", job_id="golden-00000001", created_at=0,
-                         python="/venv/bin/python")
-    backend.check(plan)
-    return backend, plan
-
-
-def group(plan, role: str):
-    return [g for g in role_groups(plan.run) if g.role.value == role][0]
+#: the golden spec (``options``: more lines of ``backends.sge``), checked and planned
+golden_plan = functools.partial(golden_plan_of, backend_name="sge", text=SPEC)
 
 
 def test_worker_job_script_is_golden(tmp_path):
@@ -130,9 +109,8 @@ def test_gpus_are_requested_per_slot(tmp_path):
 
 
 def test_gpus_that_the_slots_do_not_divide_are_a_spec_error(tmp_path, cli):
-    spec = tmp_path / "job.yaml"
-    spec.write_text("command: x\nroles:\n  worker:\n    resources: {cpus: 3, gpus: 2}\n")
-    result = cli.run("render", "--backend", "sge", str(spec))
+    spec, result = render_text(cli, tmp_path, "sge",
+                               "command: x\nroles:\n  worker:\n    resources: {cpus: 3, gpus: 2}\n")
     assert result.returncode == 2
     assert f"{spec}:4: roles.worker.resources.gpus: 2 GPUs cannot be requested" in result.stderr
     assert "multiple of 3" in result.stderr and "gpu_consumable: job" in result.stderr
@@ -193,19 +171,16 @@ def test_a_quote_in_a_native_value_is_a_spec_error(tmp_path, submitter, value):
 
 
 def test_render_contacts_no_cluster(tmp_path, cli):
-    spec = tmp_path / "job.yaml"
-    spec.write_text("command: python3 t.py\nbackends: {sge: {submitter: qsub}}\n")
     env = {"PATH": "/nonexistent", "SGE_ROOT": ""}
-    result = cli.run("render", "--backend", "sge", str(spec), env=env)
+    _, result = render_text(cli, tmp_path, "sge",
+                            "command: python3 t.py\nbackends: {sge: {submitter: qsub}}\n", env=env)
     assert result.returncode == 0, result.stderr
     assert "#$ -t 1-1" in result.stdout and "--role worker" in result.stdout
     assert cli.run_dirs() == []
 
 
 def test_bad_submitter_option_is_a_spec_error(tmp_path, cli):
-    spec = tmp_path / "job.yaml"
-    spec.write_text("command: x\nbackends:\n  sge: {submitter: pbs}\n")
-    result = cli.run("render", "--backend", "sge", str(spec))
+    spec, result = render_text(cli, tmp_path, "sge", "command: x\nbackends:\n  sge: {submitter: pbs}\n")
     assert result.returncode == 2
     assert f"{spec}:3: backends.sge.submitter: expected one of auto, drmaa, qsub" in result.stderr
 

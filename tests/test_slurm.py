@@ -1,7 +1,8 @@
 """Real MXNet jobs through the real Slurm test cluster (ci/clusters/slurm-up.sh: a slurmd in
 each namespace test host, so tasks run on distinct IPs): arrays and a heterogeneous job, the
-addresses roles advertise, a crashing worker, a starved partition, cancel, a rejected
-partition. Durations come from the job's own records (a loaded machine)."""
+addresses roles advertise, a rejected partition (the crash, the starved partition and
+cancel: tests/test_batch.py, for SGE and Slurm alike). Durations come from the job's own
+records (a loaded machine)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,6 @@ from pathlib import Path
 import pytest
 
 from .clusterjobs import (
-    NEVER_RAN,
-    abort_record,
-    assert_ends_soon_after_abort,
-    created_at,
     example_spec,
     run_dir_of,
     slurm_jobs,
@@ -25,15 +22,11 @@ from .clusterjobs import (
     task_records,
     wait_queue_empty,
 )
-from .conftest import Cli, assert_no_processes, cluster_environment, wait_for
+from .conftest import Cli, assert_no_processes, cluster_environment
 from .test_mxnet_local import assert_trained
 
 pytestmark = [pytest.mark.slurm, pytest.mark.mxnet]
 
-
-@pytest.fixture
-def slurm(home) -> Cli:
-    return Cli(home, cluster_environment("slurm"))
 
 
 def spec_file(tmp_path: Path, options: str = "", *, name: str = "slurm-mlp",
@@ -101,51 +94,7 @@ def test_roles_advertise_their_own_host_addresses(slurm, tmp_path):
     assert_no_processes(job)
 
 
-def test_worker_crash_aborts_the_slurm_job(slurm, tmp_path):
-    spec = spec_file(tmp_path, name="slurm-crash")
-    env = {"CRASH_RANK": "1", "CRASH_AFTER_STEPS": "20", "STEP_SLEEP": "0.02", "EPOCHS": "50"}
-    result = slurm.run("submit", "--backend", "slurm", "--wait", str(spec), env=env)
-    assert result.returncode == 1
-    assert re.search(r"FAILED: worker\[\d\] exited with code 1", result.stderr)
-    assert re.search(r"see the log: \S+/logs/worker-\d\.log", result.stderr)
-    job = result.stdout.split()[0]
-    assert_ends_soon_after_abort(run_dir_of(slurm, job))
-    wait_queue_empty(lambda: slurm_queued(slurm, job), job, 30)
-    assert_no_processes(job)
 
-
-def test_starved_partition_hits_the_startup_deadline(slurm, tmp_path):
-    # partition tiny is one node with 1 CPU: 4 of the 5 tasks never start
-    spec = spec_file(tmp_path, "partition: tiny", name="slurm-starved", startup="20s")
-    result = slurm.run("submit", "--backend", "slurm", "--wait", str(spec))
-    assert result.returncode == 1
-    assert "startup deadline (20s)" in result.stderr
-    job = result.stdout.split()[0]
-    run_dir = run_dir_of(slurm, job)
-    abort = abort_record(run_dir)
-    # the deadline is checked every second by supervisors and `wait`: by the records
-    assert abort["kind"] == "FAILED" and "startup deadline (20s)" in abort["reason"]
-    assert abort["at"] - created_at(run_dir) < 20 + 10
-    wait_queue_empty(lambda: slurm_queued(slurm, job), job, 30)
-    status = slurm.status(job)
-    assert status["state"] == "FAILED"
-    # queued tasks that start after the abort exit at once ("not started: job aborted")
-    never = [t["role"] for t in status["tasks"] if t["note"].startswith(NEVER_RAN)]
-    assert len(never) == 4, status["tasks"]
-    assert_no_processes(job)
-
-
-def test_cancel_running_slurm_job(slurm, tmp_path):
-    spec = spec_file(tmp_path, name="slurm-cancel")
-    job = slurm.submit(spec, "--backend", "slurm", env={"STEP_SLEEP": "0.05", "EPOCHS": "100"})
-    log = slurm.home / "runs" / job / "logs" / "worker-0.log"
-    wait_for(lambda: log.exists() and "first step" in log.read_text(), 180, "training")
-    result = slurm.run("cancel", job)
-    assert result.returncode == 0, result.stderr
-    assert not slurm_queued(slurm, job)
-    assert slurm.status(job)["state"] == "CANCELLED"
-    assert_no_processes(job)
-    assert slurm.run("cancel", job).returncode == 0
 
 
 def test_rejected_partition_exits_2_with_slurms_reason(slurm, tmp_path):

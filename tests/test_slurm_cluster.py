@@ -18,17 +18,13 @@ from .clusterjobs import (
     slurm_queued,
     wait_queue_empty,
 )
-from .conftest import Cli, assert_no_processes, cluster_environment
+from .conftest import Cli, assert_no_processes
 
 pytestmark = [pytest.mark.slurm]
 
 #: a rendezvous directory with what an #SBATCH line must quote: blank, ', ", $, #, %
 ODD_RUNS = "runs a'b\"c$d #e%j"
 
-
-@pytest.fixture
-def slurm(home) -> Cli:
-    return Cli(home, cluster_environment("slurm"))
 
 
 @pytest.mark.parametrize("het", [False, True], ids=["arrays", "heterogeneous"])

@@ -8,7 +8,7 @@ slurm-drmaa's native-specification parser (split at blanks, long options only as
 
 from __future__ import annotations
 
-import json
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mxbatch.backends import records as job_records
-from mxbatch.backends.batch.common import parse_job_id, role_groups
+from mxbatch.backends.batch.common import parse_job_id
 from mxbatch.backends.batch.slurm import (
     SBATCH_JOB_ID,
     SlurmBackend,
@@ -25,27 +25,18 @@ from mxbatch.backends.batch.slurm import (
 )
 from mxbatch.backends.status import NativeState
 from mxbatch.errors import BackendUnavailable, CommandError, SpecError, SubmissionRejected
-from mxbatch.jobs import submit as jobs
 from mxbatch.runtime.states import TaskState
-from mxbatch.spec import parse as specs
-from mxbatch.spec import plan as planning
 
-SPEC = """\
-name: golden
-command: python3 train.py
-resources: {cpus: 2, memory: 4G, walltime: 2h}
-roles:
-  server: {count: 1}
-  worker: {count: 3, resources: {gpus: 1}}
-rendezvous: {dir: RUNS}
-backends:
-  slurm:
-    partition: gpu
-    account: ml
-    qos: high
-    constraint: a100
-    extra: [--exclusive]
-"""
+from .goldens import golden_plan as golden_plan_of
+from .goldens import golden_spec, group, render_text
+
+SPEC = golden_spec("slurm", walltime="2h", worker_gpus=1, block="""
+partition: gpu
+account: ml
+qos: high
+constraint: a100
+extra: [--exclusive]
+""")
 
 GOLDEN_WORKER_SCRIPT = """\
 #!/bin/sh
@@ -121,21 +112,8 @@ run /shared/runs/golden-00000001 --task-from SLURM_PROCID : \
 """
 
 
-def golden(tmp_path: Path, *, runs: str = "/shared/runs", options: str = "",
-           text: str = SPEC):
-    """The golden spec (``options``: more lines of ``backends.slurm``), checked and planned."""
-    text = text.replace("RUNS", json.dumps(runs.replace("$", "$$"))) + "".join(  # literal
-        f"    {line}\n" for line in options.splitlines())
-    spec = specs.parse(text, tmp_path / "golden.yaml")
-    backend = jobs.backend_for_spec(spec, "slurm")
-    plan = planning.make(spec, "slurm", job_id="golden-00000001", created_at=0,
-                         python="/venv/bin/python")
-    backend.check(plan)
-    return backend, plan
-
-
-def group(plan, role: str):
-    return [g for g in role_groups(plan.run) if g.role.value == role][0]
+#: the golden spec (``options``: more lines of ``backends.slurm``), checked and planned
+golden = functools.partial(golden_plan_of, backend_name="slurm", text=SPEC)
 
 
 def test_array_job_script_is_golden(tmp_path):
@@ -295,18 +273,16 @@ def test_a_slurm_conf_naming_no_file_is_unavailable_at_once(monkeypatch, tmp_pat
 
 
 def test_render_contacts_no_cluster(tmp_path, cli):
-    spec = tmp_path / "job.yaml"
-    spec.write_text("command: python3 t.py\nbackends: {slurm: {het: true}}\n")
-    result = cli.run("render", "--backend", "slurm", str(spec), env={"PATH": "/nonexistent"})
+    _, result = render_text(cli, tmp_path, "slurm",
+                            "command: python3 t.py\nbackends: {slurm: {het: true}}\n",
+                            env={"PATH": "/nonexistent"})
     assert result.returncode == 0, result.stderr
     assert "#SBATCH hetjob" in result.stdout
     assert cli.run_dirs() == []
 
 
 def test_het_with_drmaa_is_a_spec_error(tmp_path, cli):
-    spec = tmp_path / "job.yaml"
-    spec.write_text("command: x\nbackends:\n  slurm: {het: true, submitter: drmaa}\n")
-    result = cli.run("render", "--backend", "slurm", str(spec))
+    spec, result = render_text(cli, tmp_path, "slurm", "command: x\nbackends:\n  slurm: {het: true, submitter: drmaa}\n")
     assert result.returncode == 2
     assert f"{spec}:3: backends.slurm.het: heterogeneous jobs need submitter: sbatch" \
         in result.stderr

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mxbatch.backends.local import LocalOptions
+from mxbatch.backends.registry import options_for
 from mxbatch.errors import SpecError
 from mxbatch.runtime.roles import Role
 from mxbatch.spec import parse as specs
@@ -55,7 +56,7 @@ def test_good_spec_parses_with_defaults_and_overrides(tmp_path):
     assert spec.rendezvous.dir == (tmp_path / "runs").resolve()
     assert spec.rendezvous.startup_timeout_s == 20
     assert spec.workdir == tmp_path.resolve()
-    assert spec.backend_options == {"local": LocalOptions(slots=3)}
+    assert options_for(spec, "local") == LocalOptions(slots=3)
 
 
 def test_minimal_spec_defaults(tmp_path, home):
@@ -242,9 +243,11 @@ documents = st.recursive(
 def test_random_documents_raise_only_spec_error(tmp_path, home, document):
     text = yaml.safe_dump(document)
     try:
-        specs.parse(text, tmp_path / "random.yaml")
-    except SpecError:
-        pass
+        spec = specs.parse(text, tmp_path / "random.yaml")
+    except SpecError as exc:  # names the file, and says something
+        assert exc.path == tmp_path / "random.yaml" and str(exc).strip()
+    else:  # a valid job: it has a name and a command for every role
+        assert spec.name and all(spec.role(role).command for role in Role)
 
 
 @settings(max_examples=200, deadline=None,
@@ -252,9 +255,11 @@ def test_random_documents_raise_only_spec_error(tmp_path, home, document):
 @given(st.text(max_size=200))
 def test_random_text_raises_only_spec_error(tmp_path, home, text):
     try:
-        specs.parse(text, tmp_path / "random.yaml")
+        spec = specs.parse(text, tmp_path / "random.yaml")
     except SpecError as exc:
         assert re.match(r".*random\.yaml", str(exc))
+    else:
+        assert spec.name and all(spec.role(role).command for role in Role)
 
 
 def test_example_spec_is_valid(home):

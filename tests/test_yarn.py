@@ -69,7 +69,7 @@ def test_worker_crash_ends_the_application_fast(yarn, tmp_path):
     job = result.stdout.split()[0]
     app = assert_gone(yarn, job)
     assert app["finalStatus"] == "FAILED"
-    abort = json.loads((yarn.home / "runs" / job / "abort.json").read_text())
+    abort = json.loads((yarn.run_dir(job) / "abort.json").read_text())
     assert app["finishedTime"] / 1000 - abort["at"] < 30
     status = yarn.status(job)
     assert status["state"] == "FAILED"

@@ -27,7 +27,7 @@ from mxbatch.runtime.layout import RunLayout
 from mxbatch.runtime.roles import Role
 from mxbatch.runtime.states import AbortKind, AbortRecord
 
-from .test_yarn_render import golden
+from .yarngolden import golden
 
 APP = "application_1700000000000_0007"
 

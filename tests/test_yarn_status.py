@@ -111,7 +111,7 @@ def test_kill_through_rest_then_status_of_the_ended_job(yarn, tmp_path, no_java)
     status = json.loads(result.stdout)
     assert status["terminal"] and status["state"] in ("CANCELLED", "FAILED"), status
     assert "KILLED" in (status.get("reason") or "") or status["state"] == "CANCELLED"
-    saved = yarn.home / "runs" / job / "yarn" / "report.json"
+    saved = yarn.run_dir(job) / "yarn" / "report.json"
     assert json.loads(saved.read_text())["state"] == "KILLED"
     again = yarn.run("cancel", job, env=no_java)
     assert again.returncode == 0 and "already ended" in again.stderr

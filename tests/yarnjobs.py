@@ -10,12 +10,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
 from .conftest import Cli
+from .polling import poll
 
 #: YARN's application states once it ended (the ResourceManager's words)
 ENDED = ("FINISHED", "FAILED", "KILLED")
@@ -57,17 +57,16 @@ def yarn_left(cli: Cli, job: str, timeout: float = 15.0) -> List[str]:
     has not ended (or still counts running containers), its containers that a
     NodeManager still runs. [] once everything is gone."""
     app = app_id(cli, job)
-    deadline = time.time() + timeout
-    while True:
+
+    def left() -> List[str]:
         report = rm_app(cli, app)
-        left = []
+        found = []
         if report["state"] not in ENDED or report.get("runningContainers", 0) > 0:
-            left.append(f"{app} {report['state']} ({report.get('runningContainers')} "
-                        "running containers)")
-        left += live_containers(cli, app)
-        if not left or time.time() > deadline:
-            return left
-        time.sleep(0.5)
+            found.append(f"{app} {report['state']} ({report.get('runningContainers')} "
+                         "running containers)")
+        return found + live_containers(cli, app)
+
+    return poll(left, lambda found: not found, timeout, 0.5)
 
 
 def yarn_finished_at(cli: Cli, job: str) -> Optional[float]:

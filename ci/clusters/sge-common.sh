@@ -9,6 +9,8 @@ readonly COMMON=$SGE_ROOT/$SGE_CELL/common
 readonly SPOOL=/var/spool/gridengine          # fixed by the package's bootstrap file
 readonly STATE_DIR=${MXBATCH_CLUSTER_STATE:-/tmp/mxbatch-clusters}
 readonly ENV_FILE=$STATE_DIR/sge.env
+readonly SGE_STATE=$STATE_DIR/sge
+readonly HOSTS_FILE=$SGE_STATE/hosts   # /etc/hosts of the qmaster's and execds' namespaces
 LOG_DECIMALS=1
 
 qmaster_pids() { live_pids sge_qmaster "$SPOOL/qmaster/qmaster.pid"; }

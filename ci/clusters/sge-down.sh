@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# ci/clusters/sge-down.sh -- stop mxbatch's single-host Son of Grid Engine test cluster
-# (the one ci/clusters/sge-up.sh starts). Idempotent: safe when it is (partly) down.
+# ci/clusters/sge-down.sh -- stop mxbatch's Son of Grid Engine test cluster (the one
+# ci/clusters/sge-up.sh starts: the qmaster here, an execd in each test host). Idempotent: safe when it is (partly) down.
 #
-# Order: delete every job (qdel -f -u '*'), stop sge_execd (qconf -kej: also kills
+# Order: delete every job (qdel -f -u '*'), stop every sge_execd (qconf -kej: also kills
 # what still runs), kill leftover job shepherds, stop sge_qmaster (qconf -km). Each
 # daemon gets a deadline, then SIGTERM, then SIGKILL. Only the processes named in
 # SGE's own pid files (and the execd spool) are signalled, by pid.
@@ -80,8 +80,9 @@ check_none_left() {
 }
 
 wipe() {
-    log "wiping cluster state ($SPOOL/{spooldb,qmaster,execd}, accounting, host_aliases)"
+    log "wiping cluster state ($SPOOL/{spooldb,qmaster,execd}, accounting, host_aliases, $SGE_STATE)"
     rm -rf "${SPOOL:?}"/spooldb/* "${SPOOL:?}"/qmaster/* "${SPOOL:?}"/execd/* "$SPOOL/mxbatch-daemons.log"
+    rm -rf "${SGE_STATE:?}"
     rm -f "$COMMON"/{accounting,reporting,host_aliases,act_qmaster}
 }
 

@@ -1,19 +1,39 @@
 #!/usr/bin/env bash
-# ci/clusters/sge-up.sh -- bring up mxbatch's single-host Son of Grid Engine test cluster.
+# ci/clusters/sge-up.sh -- bring up mxbatch's multi-host Son of Grid Engine test cluster on
+# the namespace test hosts of hosts-up.sh (which must be up first: ci/test.sh starts them
+# before SGE).
 #
-# Uses Debian 12's Son of Grid Engine 8.1.9 packages (installed if missing) and
-# runs sge_qmaster + sge_execd on this host, as root, without systemd. Idempotent:
-# safe when the cluster is down, half up or already up; it converges the config.
+# Uses Debian 12's Son of Grid Engine 8.1.9 packages (installed if missing), as root,
+# without systemd. sge_qmaster runs on this host (the submit host); one sge_execd runs
+# inside each good test host (mxbh1..mxbh4: its network, mount and UTS namespaces, like
+# the Slurm nodes' slurmd; hosts-exec.sh), so jobs, parallel jobs and qrsh -inherit span
+# distinct addresses. Idempotent: safe when the cluster is down, half up or already up
+# (also the old single-host cell, whose execd on this host it retires); it converges the
+# config.
+#
+# Host names: SGE's commlib checks that a peer's name (its own gethostbyname) is what
+# the reverse lookup of its address gives. The root namespace does not resolve the test
+# hosts' names, and in a test host this host's name resolves to 127.0.0.1 (the host's
+# own loopback). So the qmaster and each execd run in a mount namespace of their own
+# whose /etc/hosts is $MXBATCH_CLUSTER_STATE/sge/hosts: this host's name at the bridge
+# address, and every test host's name at its address (the machine's /etc/hosts is not
+# touched). qconf commands that name a test host run in the qmaster's mount namespace.
 #
 # What you get:
-#   queue  all.q          SGE_SLOTS slots (8): where every job runs by default
-#   queue  $SGE_SMALL_QUEUE  SGE_SMALL_SLOTS slots (tiny.q, 2): only jobs that request
-#                         `-l small` run there, and `-l small -pe smp 3` pends forever
-#                         (`-q tiny.q` alone pends forever too; DRMAA submits with
-#                         -w e and rejects a job that can never fit: add -w n)
+#   queue  all.q          SGE_SLOTS slots (8) on each test host: where jobs run by default
+#   queue  $SGE_SMALL_QUEUE  SGE_SMALL_SLOTS slots (tiny.q, 2) on the last test host only:
+#                         only jobs that request `-l small` run there, and `-l small
+#                         -pe smp 3` pends forever (`-q tiny.q` alone pends forever too;
+#                         DRMAA submits with -w e and rejects a job that can never fit:
+#                         add -w n)
 #   PE     smp            allocation_rule $pe_slots, in both queues (qsub -pe smp N)
-#   complexes gpu (consumable YES: per slot) and gpuj (consumable JOB), 4 of each on the
-#                         host: GPU bookkeeping without devices
+#   PE     mpi            allocation_rule $round_robin, control_slaves TRUE,
+#                         job_is_first_task FALSE, in both queues: parallel jobs across
+#                         hosts whose master starts the tasks with qrsh -inherit (in the
+#                         small queue, `-l small -pe mpi 3 -w n` pends forever: a gang
+#                         job that cannot start)
+#   complexes gpu (consumable YES: per slot) and gpuj (consumable JOB), 4 of each on
+#                         each host: GPU bookkeeping without devices
 #   root may submit (min_uid/min_gid 0); no load thresholds; the scheduler runs
 #   every second and on each submit/finish (`qsub -sync y -b y true` takes ~1 s)
 #   ${MXBATCH_CLUSTER_STATE:-/tmp/mxbatch-clusters}/sge.env: shell exports for tests
@@ -44,6 +64,15 @@ readonly SMALL_SLOTS=${SGE_SMALL_SLOTS:-2}
 readonly GPU_COUNT=4
 readonly TIMEOUT=${MXBATCH_SGE_TIMEOUT:-120}
 readonly DAEMON_LOG=$SPOOL/mxbatch-daemons.log
+readonly HOSTS_ENV=$STATE_DIR/hosts.env
+readonly GANG_PE=mpi
+# Filled by load_hosts from hosts-up.sh's host map:
+EXEC_HOSTS=()                 # the good test hosts: one execd each
+declare -A HOST_ADDR=()       # host -> its address
+declare -A HOST_NETNS=()      # host -> "net:[inode]" of its network namespace
+BRIDGE_IP=
+HOSTS_EXEC=
+SMALL_HOST=                   # the host of the small queue
 
 WORK=$(mktemp -d /tmp/sge-up.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
@@ -107,6 +136,55 @@ install_if_changed() {
     cmp -s "$1" "$2" 2>/dev/null || install -m 644 -o "$ADMIN" -g "$ADMIN" "$1" "$2"
 }
 
+# ---------------------------------------------------------------- test hosts
+# hosts_setting NAME: the value hosts.env gives NAME (dies if none); read in a subshell
+# so that its Open MPI settings never reach the daemons
+hosts_setting() {
+    local value
+    # shellcheck disable=SC1090  # written by hosts-up.sh
+    value=$(. "$HOSTS_ENV" && printf '%s' "${!1:-}")
+    [[ -n $value ]] || die "$HOSTS_ENV sets no $1"
+    printf '%s\n' "$value"
+}
+
+# load_hosts: the good test hosts of hosts-up.sh; dies with what to run when they are down
+load_hosts() {
+    local name addr role netns _
+    [[ -s $HOSTS_ENV ]] ||
+        die "the test hosts are down ($HOSTS_ENV missing): run ci/clusters/hosts-up.sh first"
+    BRIDGE_IP=$(hosts_setting MXBATCH_TEST_BRIDGE_IP)
+    HOSTS_EXEC=$(hosts_setting MXBATCH_TEST_HOSTS_EXEC)
+    while read -r name addr role netns _; do
+        [[ $role == good ]] || continue
+        [[ -e /run/netns/$name ]] || die "test host $name is down: run ci/clusters/hosts-up.sh"
+        EXEC_HOSTS+=("$name")
+        HOST_ADDR[$name]=$addr
+        HOST_NETNS[$name]=$netns
+    done < <(grep -v '^#' "$(hosts_setting MXBATCH_TEST_HOST_MAP)")
+    (( ${#EXEC_HOSTS[@]} >= 2 )) || die "hosts-up.sh made ${#EXEC_HOSTS[@]} good hosts, SGE needs 2"
+    SMALL_HOST=${EXEC_HOSTS[-1]}
+}
+
+# write_hosts_file: the /etc/hosts of the qmaster's and the execds' mount namespaces
+write_hosts_file() {
+    local h
+    mkdir -p "$SGE_STATE"
+    {
+        echo "# Generated by ci/clusters/sge-up.sh: /etc/hosts of the SGE daemons"
+        echo "127.0.0.1 localhost"
+        echo "$BRIDGE_IP $SELF"
+        for h in "${EXEC_HOSTS[@]}"; do echo "${HOST_ADDR[$h]} $h"; done
+    } | write_atomic "$HOSTS_FILE"
+}
+
+# MASTER_NS: the command prefix that runs a command in the qmaster's mount namespace
+# (where the test hosts resolve); set by start_qmaster
+MASTER_NS=()
+
+# own_hosts_cmd DAEMON: the shell command that runs DAEMON with $HOSTS_FILE as /etc/hosts
+# (run by unshare -m: in a new, private mount namespace)
+own_hosts_cmd() { echo "mount --bind $HOSTS_FILE /etc/hosts && exec $1"; }
+
 # ---------------------------------------------------------------- host names
 # SGE's commlib rejects a client whose own name (gethostbyname(hostname()), here
 # "vm") differs from the reverse lookup of its source address (127.0.0.1 ->
@@ -146,46 +224,83 @@ setup_host_names() {
 }
 
 # ---------------------------------------------------------------- daemons
+# resolves_hosts PID: does process PID see $HOSTS_FILE as its /etc/hosts?
+resolves_hosts() { cmp -s "$HOSTS_FILE" "/proc/$1/root/etc/hosts"; }
+
 # Sets QMASTER_STARTED=1 when this run started it.
 start_qmaster() {
     local pid
     pid=$(qmaster_pids)
     QMASTER_STARTED=0
+    if [[ -n $pid ]] && ! resolves_hosts "$pid"; then
+        # (the single-host cell's qmaster, or one from before the hosts file changed)
+        log "sge_qmaster (pid $pid) does not resolve the test hosts: restarting it"
+        timeout 30 qconf -km >/dev/null 2>&1 || kill -TERM "$pid" 2>/dev/null || true
+        wait_until 30 pids_gone "$pid" || stop_pids sge_qmaster 30 "$pid" ||
+            die "sge_qmaster $pid survives SIGKILL"
+        pid=""
+    fi
     if [[ -n $pid ]]; then
         log "sge_qmaster already running (pid $pid)"
     else
-        log "starting sge_qmaster"
+        log "starting sge_qmaster (its /etc/hosts: $HOSTS_FILE)"
         # forks into the background and drops to sgeadmin; log: $SPOOL/qmaster/messages
-        "$SGEBIN/sge_qmaster" </dev/null >>"$DAEMON_LOG" 2>&1 ||
+        unshare -m --propagation private sh -c "$(own_hosts_cmd "$SGEBIN/sge_qmaster")" \
+            </dev/null >>"$DAEMON_LOG" 2>&1 ||
             die "sge_qmaster failed to start (see $DAEMON_LOG, $SPOOL/qmaster/messages)"
         QMASTER_STARTED=1
     fi
     wait_for "$TIMEOUT" "sge_qmaster to answer (qconf -sss)" qmaster_answers
+    MASTER_NS=(nsenter --mount="/proc/$(qmaster_pids)/ns/mnt" --)
     log "sge_qmaster answers (pid $(qmaster_pids))"
 }
 
-has_execd() { [[ -n $(execd_pids) ]]; }
+# execd_pid HOST: the live pid of HOST's sge_execd (1 if none)
+execd_pid() { pid_from_file "$SPOOL/execd/$1/execd.pid" sge_execd; }
+execd_running() { execd_pid "$1" >/dev/null; }
 
+# start_execd HOST: HOST's execd runs inside the test host, with $HOSTS_FILE as its
+# /etc/hosts (restarted if it runs in a namespace that is no longer the host's, or
+# outlived its qmaster: measured, such an execd takes ~30 s to re-register, a fresh one
+# ~2 s; SIGTERM is its controlled shutdown, running job shepherds survive it and the
+# new execd adopts them)
 start_execd() {
-    local pids
-    mapfile -t pids < <(execd_pids)
-    if (( ${#pids[@]} )) && [[ $QMASTER_STARTED == 1 ]]; then
-        # measured: an execd that outlived its qmaster takes ~30 s to re-register
-        # with the new one, a fresh execd ~2 s. SIGTERM is the execd's controlled
-        # shutdown; running job shepherds survive it and the new execd adopts them.
-        log "restarting sge_execd (pid ${pids[*]}) so that it registers with the new qmaster"
-        stop_pids sge_execd 30 "${pids[@]}" || die "sge_execd ${pids[*]} survives SIGKILL"
-        pids=()
+    local h=$1 pid
+    if pid=$(execd_pid "$h"); then
+        if [[ $QMASTER_STARTED == 0 && $(readlink "/proc/$pid/ns/net") == "${HOST_NETNS[$h]}" ]] &&
+                resolves_hosts "$pid"; then
+            return 0
+        fi
+        log "restarting sge_execd of $h (pid $pid): new qmaster, or not in host $h"
+        stop_pids "sge_execd $h" 30 "$pid" || die "sge_execd $pid survives SIGKILL"
     fi
-    if (( ${#pids[@]} )); then
-        log "sge_execd already running (pid ${pids[*]})"
-        return
+    log "starting sge_execd in host $h (${HOST_ADDR[$h]})"
+    (cd / && "$HOSTS_EXEC" "$h" unshare -m --propagation private \
+        sh -c "$(own_hosts_cmd "$SGEBIN/sge_execd")") </dev/null >>"$DAEMON_LOG" 2>&1 ||
+        die "sge_execd of $h failed to start (see $DAEMON_LOG, $SPOOL/execd/$h/messages)"
+}
+
+# retire_local_execd: the single-host cell ran an execd on this host: stop it and drop
+# this host from the exec hosts (after the queues list only the test hosts)
+retire_local_execd() {
+    local pid
+    if pid=$(execd_pid "$SELF"); then
+        log "stopping the execd of this host (pid $pid): execds run in the test hosts now"
+        stop_pids "sge_execd $SELF" 30 "$pid" || die "sge_execd $pid survives SIGKILL"
     fi
-    log "starting sge_execd"
-    "$SGEBIN/sge_execd" </dev/null >>"$DAEMON_LOG" 2>&1 ||
-        die "sge_execd failed to start (see $DAEMON_LOG, $SPOOL/execd/*/messages)"
-    wait_for 30 "sge_execd to write its pid file" has_execd
-    log "sge_execd started (pid $(execd_pids))"
+    if timeout 30 qconf -se "$SELF" >/dev/null 2>&1; then
+        must qconf -de "$SELF"
+        log "exec host $SELF removed"
+    fi
+}
+
+start_execds() {
+    local h
+    for h in "${EXEC_HOSTS[@]}"; do start_execd "$h"; done
+    for h in "${EXEC_HOSTS[@]}"; do
+        wait_for 30 "sge_execd of $h to write its pid file" execd_running "$h"
+    done
+    log "sge_execd running in ${EXEC_HOSTS[*]}"
 }
 
 # ---------------------------------------------------------------- configuration
@@ -219,11 +334,15 @@ listed() {
 }
 
 configure_hosts() {
+    local h
     listed "$SELF" qconf -sh || { must qconf -ah "$SELF"; log "admin host $SELF added"; }
     listed "$SELF" qconf -ss || { must qconf -as "$SELF"; log "submit host $SELF added"; }
-    timeout 30 qconf -se "$SELF" >/dev/null 2>&1 && return
-    cat >"$WORK/exechost" <<EOF
-hostname $SELF
+    for h in "${EXEC_HOSTS[@]}"; do
+        # a submit host too: a job's own qsub, qrsh -inherit from a parallel job's master
+        listed "$h" qconf -ss || { must "${MASTER_NS[@]}" qconf -as "$h"; log "submit host $h added"; }
+        timeout 30 "${MASTER_NS[@]}" qconf -se "$h" >/dev/null 2>&1 && continue
+        cat >"$WORK/exechost" <<EOF
+hostname $h
 load_scaling NONE
 complex_values NONE
 user_lists NONE
@@ -233,8 +352,9 @@ xprojects NONE
 usage_scaling NONE
 report_variables NONE
 EOF
-    must qconf -Ae "$WORK/exechost"
-    log "exec host $SELF added"
+        must "${MASTER_NS[@]}" qconf -Ae "$WORK/exechost"
+        log "exec host $h added"
+    done
 }
 
 # Global config, rebuilt from the package default every time so that a damaged
@@ -263,46 +383,56 @@ configure_scheduler() {
     log "scheduler config updated (schedule_interval 0:0:1, flush_submit_sec/flush_finish_sec 1)"
 }
 
+# configure_pe NAME ALLOCATION_RULE CONTROL_SLAVES JOB_IS_FIRST_TASK
 configure_pe() {
-    cat >"$WORK/smp" <<'EOF'
-pe_name smp
+    cat >"$WORK/pe-$1" <<EOF
+pe_name $1
 slots 9999
 user_lists NONE
 xuser_lists NONE
 start_proc_args NONE
 stop_proc_args NONE
-allocation_rule $pe_slots
-control_slaves FALSE
-job_is_first_task TRUE
+allocation_rule $2
+control_slaves $3
+job_is_first_task $4
 urgency_slots min
 accounting_summary FALSE
 qsort_args NONE
 EOF
-    if timeout 30 qconf -sp smp >/dev/null 2>&1; then
-        same "$WORK/smp" qconf -sp smp && return
-        must qconf -Mp "$WORK/smp"
-        log "parallel environment smp updated"
+    if timeout 30 qconf -sp "$1" >/dev/null 2>&1; then
+        same "$WORK/pe-$1" qconf -sp "$1" && return
+        must qconf -Mp "$WORK/pe-$1"
+        log "parallel environment $1 updated"
     else
-        must qconf -Ap "$WORK/smp"
-        log "parallel environment smp added"
+        must qconf -Ap "$WORK/pe-$1"
+        log "parallel environment $1 added"
     fi
 }
 
-# configure_queue <name> <slots> [attr=value...]: this host, smp, no load thresholds
+configure_pes() {
+    # shellcheck disable=SC2016  # SGE's own $ names
+    configure_pe smp '$pe_slots' FALSE TRUE
+    # qrsh -inherit needs control_slaves; the master (the job script) is no task: every
+    # granted slot is for the tasks it starts
+    # shellcheck disable=SC2016
+    configure_pe "$GANG_PE" '$round_robin' TRUE FALSE
+}
+
+# configure_queue <name> <slots> <hosts> <pes> [attr=value...]: no load thresholds
 configure_queue() {
-    local name=$1 slots=$2
-    shift 2
+    local name=$1 slots=$2 hosts=$3 pes=$4
+    shift 4
     joined qconf -sq >"$WORK/$name" || die "qconf -sq failed"   # no argument: the queue template
     # load_thresholds NONE: a busy 2-core box would put the queue into alarm state
     # (np_load_avg > 1.75) and nothing would be scheduled
-    set_attrs "$WORK/$name" "qname=$name" "hostlist=$SELF" "slots=$slots" \
-        load_thresholds=NONE pe_list=smp "$@"
+    set_attrs "$WORK/$name" "qname=$name" "hostlist=$hosts" "slots=$slots" \
+        load_thresholds=NONE "pe_list=$pes" "$@"
     if ! timeout 30 qconf -sq "$name" >/dev/null 2>&1; then
-        must qconf -Aq "$WORK/$name"
-        log "queue $name added ($slots slots)"
+        must "${MASTER_NS[@]}" qconf -Aq "$WORK/$name"
+        log "queue $name added ($slots slots on $hosts)"
     elif ! same "$WORK/$name" qconf -sq "$name"; then
-        must qconf -Mq "$WORK/$name"
-        log "queue $name updated ($slots slots)"
+        must "${MASTER_NS[@]}" qconf -Mq "$WORK/$name"
+        log "queue $name updated ($slots slots on $hosts)"
     fi
 }
 
@@ -336,19 +466,37 @@ configure_complexes() {
 }
 
 configure_gpus() {
-    local want="gpu=$GPU_COUNT,gpuj=$GPU_COUNT"
-    [[ $(timeout 30 qconf -se "$SELF" | awk '$1 == "complex_values" {print $2}') == "$want" ]] \
-        && return 0
-    must qconf -mattr exechost complex_values "$want" "$SELF"
-    log "exec host $SELF: complex_values $want"
+    local want="gpu=$GPU_COUNT,gpuj=$GPU_COUNT" h
+    for h in "${EXEC_HOSTS[@]}"; do
+        [[ $(timeout 30 "${MASTER_NS[@]}" qconf -se "$h" | awk '$1 == "complex_values" {print $2}') == "$want" ]] \
+            && continue
+        must "${MASTER_NS[@]}" qconf -mattr exechost complex_values "$want" "$h"
+        log "exec host $h: complex_values $want"
+    done
+}
+
+# tmpdirs: each host's own directory for its jobs' TMPDIR ($SGE_STATE/tmp/HOST). The
+# hosts share /tmp, and SGE names a job's TMPDIR after the job and task only: the master
+# and the qrsh -inherit tasks of a parallel job on other hosts would share it, and the
+# first task to end would remove it under the others' feet.
+tmpdirs() {
+    local h list="/tmp"
+    for h in "${EXEC_HOSTS[@]}"; do
+        install -d -m 1777 "$SGE_STATE/tmp/$h"
+        list+=",[$h=$SGE_STATE/tmp/$h]"
+    done
+    echo "$list"
 }
 
 configure_queues() {
+    local tmp
     configure_complexes
     configure_gpus
-    configure_queue "$MAIN_QUEUE" "$SLOTS"
+    tmp=$(tmpdirs)
+    configure_queue "$MAIN_QUEUE" "$SLOTS" "${EXEC_HOSTS[*]}" "smp $GANG_PE" "tmpdir=$tmp"
     if [[ -n $SMALL_QUEUE ]]; then
-        configure_queue "$SMALL_QUEUE" "$SMALL_SLOTS" complex_values=small=TRUE
+        configure_queue "$SMALL_QUEUE" "$SMALL_SLOTS" "$SMALL_HOST" "smp $GANG_PE" complex_values=small=TRUE \
+            "tmpdir=$tmp"
     fi
     # clear an error state a previous run may have left, re-enable if disabled
     timeout 30 qmod -cq '*' >/dev/null 2>&1 || true
@@ -360,7 +508,7 @@ configure_queues() {
 # (u unknown, a alarm, E error, d disabled, s suspended, ...)
 queue_ok() {
     local line
-    line=$(timeout 10 qstat -f -q "$1@$SELF" 2>/dev/null | grep "^$1@") || return 1
+    line=$(timeout 10 qstat -f -q "$1@$2" 2>/dev/null | grep "^$1@") || return 1
     [[ $line != *-NA-* ]] && (( $(wc -w <<<"$line") <= 5 ))   # 6th column = states
 }
 
@@ -375,14 +523,41 @@ probe_job() {
     return $rc
 }
 
+# the parallel probe: a slot on each host, the master starting one task on each host of
+# its PE_HOSTFILE with qrsh -inherit, each printing its host name: every host, once
+probe_pe_job() {
+    local out want rc=0
+    rm -f "$WORK/pe.out"
+    # shellcheck disable=SC2016  # for the job's shell
+    printf '%s
+' '#!/bin/sh'         'while read -r h _; do qrsh -inherit "$h" hostname </dev/null || exit 1; done <"$PE_HOSTFILE"'         >"$WORK/pe-probe.sh"
+    out=$(timeout $(( TIMEOUT < 60 ? TIMEOUT : 60 )) qsub -sync y -j y -o "$WORK/pe.out"         -N mxbatch-up-probe -pe "$GANG_PE" "${#EXEC_HOSTS[@]}" "$WORK/pe-probe.sh" 2>&1) || rc=$?
+    if (( rc != 0 )); then
+        timeout 10 qdel -f mxbatch-up-probe >/dev/null 2>&1 || true
+        log "parallel probe job failed ($rc): $out $(cat "$WORK/pe.out" 2>/dev/null)"
+        return 1
+    fi
+    want=$(printf '%s
+' "${EXEC_HOSTS[@]}" | sort)
+    [[ $(sort "$WORK/pe.out" 2>/dev/null) == "$want" ]] ||
+        die "parallel probe job printed '$(cat "$WORK/pe.out" 2>/dev/null)', not each host once"
+}
+
 wait_ready() {
-    local q
-    for q in "$MAIN_QUEUE" ${SMALL_QUEUE:+"$SMALL_QUEUE"}; do
-        wait_for "$TIMEOUT" "queue instance $q@$SELF to become usable (qstat -f)" queue_ok "$q"
+    local h
+    for h in "${EXEC_HOSTS[@]}"; do
+        wait_for "$TIMEOUT" "queue instance $MAIN_QUEUE@$h to become usable (qstat -f)" \
+            queue_ok "$MAIN_QUEUE" "$h"
     done
-    log "queues usable: $MAIN_QUEUE${SMALL_QUEUE:+ $SMALL_QUEUE}"
+    if [[ -n $SMALL_QUEUE ]]; then
+        wait_for "$TIMEOUT" "queue instance $SMALL_QUEUE@$SMALL_HOST to become usable" \
+            queue_ok "$SMALL_QUEUE" "$SMALL_HOST"
+    fi
+    log "queues usable: $MAIN_QUEUE on ${EXEC_HOSTS[*]}${SMALL_QUEUE:+, $SMALL_QUEUE on $SMALL_HOST}"
     wait_for "$TIMEOUT" "probe job 'qsub -sync y -b y true'" probe_job
     log "probe job 'qsub -sync y -b y true' ran"
+    wait_for "$TIMEOUT" "parallel probe job (qrsh -inherit to every host)" probe_pe_job
+    log "parallel probe job: qrsh -inherit reached ${EXEC_HOSTS[*]}"
 }
 
 write_env_file() {
@@ -401,8 +576,12 @@ export DRMAA_LIBRARY_PATH=$DRMAA_LIB
 export MXBATCH_SGE_QUEUE=$MAIN_QUEUE MXBATCH_SGE_SLOTS=$SLOTS MXBATCH_SGE_PE=smp
 export MXBATCH_SGE_SMALL_QUEUE=$SMALL_QUEUE MXBATCH_SGE_SMALL_SLOTS=${SMALL_QUEUE:+$SMALL_SLOTS}
 export MXBATCH_SGE_SMALL_REQUEST="${SMALL_QUEUE:+-l small}"
-# consumables on this host: gpu (per slot), gpuj (per job), $GPU_COUNT of each
+# consumables on each host: gpu (per slot), gpuj (per job), $GPU_COUNT of each
 export MXBATCH_SGE_GPUS=$GPU_COUNT
+# the exec hosts (test hosts of hosts-up.sh; all.q has MXBATCH_SGE_SLOTS slots on each),
+# the host of the small queue, and the PE for jobs across hosts (qrsh -inherit)
+export MXBATCH_SGE_HOSTS="${EXEC_HOSTS[*]}" MXBATCH_SGE_SMALL_HOST=$SMALL_HOST
+export MXBATCH_SGE_GANG_PE=$GANG_PE
 EOF
     log "wrote $ENV_FILE"
 }
@@ -420,18 +599,23 @@ main() {
         *) echo "usage: $0 [--fresh]" >&2; exit 2 ;;
     esac
     install_packages
+    load_hosts
     ensure_cell
     setup_host_names
+    write_hosts_file
     start_qmaster
     configure_hosts
     configure_global
     configure_scheduler
-    configure_pe
+    configure_pes
     configure_queues
-    start_execd
+    retire_local_execd
+    start_execds
     wait_ready
     write_env_file
-    log "SGE cluster up: $MAIN_QUEUE ($SLOTS slots)${SMALL_QUEUE:+, $SMALL_QUEUE ($SMALL_SLOTS slots)}, PE smp; source $ENV_FILE"
+    log "SGE cluster up: $MAIN_QUEUE ($SLOTS slots on each of ${EXEC_HOSTS[*]})" \
+        "${SMALL_QUEUE:+and $SMALL_QUEUE ($SMALL_SLOTS slots on $SMALL_HOST),} PEs smp $GANG_PE;" \
+        "source $ENV_FILE"
 }
 
 main "$@"

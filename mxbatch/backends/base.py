@@ -38,17 +38,17 @@ from typing import (
     Generic,
     Iterator,
     List,
+    Mapping,
     Optional,
     Tuple,
     TypeVar,
 )
 
-from ..cli.jsonout import SCHEMA
 from ..errors import MxbatchError
 from ..quoting import env_assignments, shell_words
 from ..runtime.attempts import AttemptsRecord, read_attempts
 from ..runtime.layout import RunLayout
-from ..runtime.planfile import RunPlan
+from ..runtime.planfile import DEFAULT_ABORT_POLL_S, RunPlan
 from ..runtime.rendezvous import FileRendezvous, Rendezvous, atomic_write_json
 from ..runtime.roles import Role
 from ..runtime.states import AbortKind, AbortRecord, EndReason
@@ -65,8 +65,6 @@ if TYPE_CHECKING:  # pragma: no cover
 #: reads one task's log from a byte offset: ``reader(offset, final)`` -> the bytes
 #: from there on (None: nothing yet); ``final`` asks for a last, complete read
 LogReader = Callable[[int, bool], Optional[bytes]]
-#: the version of ``render --json`` output (that of every ``--json`` document)
-REQUEST_SCHEMA = SCHEMA
 #: what backends whose runtime runs roles in containers (``role_containers``) accept
 ROLE_CONTAINER_RUNTIMES = tuple(ContainerRuntime)
 
@@ -124,9 +122,10 @@ class Request:
         return "\n".join(parts) + "\n"
 
     def to_dict(self) -> Dict[str, Any]:
-        """``render --json``: the plan's tasks and the backend's native part."""
+        """``render --json`` (the CLI adds ``schema``): the plan's tasks and the backend's
+        native part."""
         run = self.plan.run
-        return {"schema": REQUEST_SCHEMA, "job_id": run.job_id, "backend": self.plan.backend,
+        return {"job_id": run.job_id, "backend": self.plan.backend,
                 "run_dir": run.run_dir, "workdir": run.workdir,
                 "inherit_env": run.inherit_env,
                 "tasks": [dict({"index": t.index, "role": t.role.value, "rank": t.rank,
@@ -209,7 +208,7 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     #: squeue should not be asked many times a second)
     poll_interval_s: ClassVar[float] = 1.0
     #: how often supervisors look for the abort record (the file on shared storage)
-    abort_poll_s: ClassVar[float] = 1.0
+    abort_poll_s: ClassVar[float] = DEFAULT_ABORT_POLL_S
     #: what a signal to a task's supervisor means here (signal name -> ``EndReason``
     #: value): a batch system's SIGTERM is a preemption, its warning before the time
     #: limit the walltime
@@ -218,6 +217,12 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     def __init__(self, options: Optional[OptionsT] = None) -> None:
         """``options``: an ``options_class`` instance; its defaults when None."""
         self.options: OptionsT = options if options is not None else self.options_class()
+
+    def variant(self, environ: Mapping[str, str]) -> "Backend":
+        """The backend that runs a job submitted from a process with ``environ``: this one,
+        or, for a batch backend run inside an allocation of its own system (a Slurm
+        allocation, an SGE parallel job), its in-allocation variant (same options)."""
+        return self
 
     @classmethod
     def from_record(cls, record: JobRecord) -> "Backend":
@@ -258,6 +263,12 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         from ..doctor.checks import environment_check
 
         return [environment_check(self)]
+
+    def workdir_is_here(self) -> bool:
+        """Whether the spec's ``workdir`` as this machine sees it is what the roles run in
+        (shipped or synced from here, or on storage shared with the nodes), so that a
+        file missing here is missing for them too. Default: true."""
+        return True
 
     def check_container(self, spec: JobSpec) -> None:
         """SpecError at ``container`` if the spec asks for a container runtime this

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ..errors import JobNotFound
+from ..runtime.files import atomic_write_json
 from ..runtime.layout import RunLayout
 from ..spec.paths import jobs_dir, mxbatch_home  # noqa: F401 (mxbatch_home: plugins)
 from ..spec.typed import ConversionError, from_data, to_data
@@ -68,9 +68,7 @@ def _jobs_dir() -> Path:
 def save(record: JobRecord) -> Path:
     """Write ``record`` atomically; returns its path."""
     path = _jobs_dir() / f"{record.job_id}.json"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record.to_dict(), indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    atomic_write_json(str(path), record.to_dict(), indent=2)
     return path
 
 
@@ -96,3 +94,13 @@ def all_records() -> List[JobRecord]:
         except (OSError, ValueError):
             continue
     return sorted(records, key=lambda r: r.submitted_at, reverse=True)
+
+
+def delete(job_id: str) -> Path:
+    """Remove the record of ``job_id`` (``clean``); its path. Missing: nothing to do."""
+    path = _jobs_dir() / f"{job_id}.json"
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    return path

@@ -11,16 +11,22 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import statistics
 import time
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..runtime.attempts import AttemptsRecord
+from ..runtime.metrics import SAMPLES_PER_SEC
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import TaskKey
 from ..runtime.roles import Role
 from ..runtime.states import AbortKind, AbortRecord, EndReason, TaskRecord, TaskState
 from ..runtime.watch import workers_succeeded
 from ..spec.typed import to_data
+from .psrank import kv_ranks
+
+#: a running worker below this fraction of its peers' median throughput is a straggler
+STRAGGLER_RATIO = 0.5
 
 
 class NativeState(str, enum.Enum):
@@ -53,6 +59,15 @@ class TaskStatus:
     log: str = ""
     native: Optional[str] = None
     started_at: Optional[float] = None
+    ended_at: Optional[float] = None
+    #: the latest metrics the role printed (``runtime.metrics``)
+    metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
+    #: MXNet's rank of a worker (``kv.rank``) when known: see ``psrank``
+    kv_rank: Optional[int] = None
+
+    @property
+    def samples_per_sec(self) -> Optional[float]:
+        return self.metrics.get(SAMPLES_PER_SEC)
 
     @property
     def label(self) -> str:
@@ -91,9 +106,26 @@ class JobStatus:
     max_attempts: int = 1
     attempts: List[AttemptStatus] = dataclasses.field(default_factory=list)
     excluded_hosts: List[str] = dataclasses.field(default_factory=list)
+    #: the task whose failure ended the job (``worker[1]``), when one did
+    cause_task: str = ""
+    #: the workers' latest throughput together (running workers; all of them once none
+    #: runs), None while no worker reported one
+    samples_per_sec: Optional[float] = None
+    #: running workers far slower than their peers (``stragglers``)
+    stragglers: List[str] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         return to_data(self)
+
+    def task(self, label: str) -> Optional[TaskStatus]:
+        """The task called ``label`` (``worker[1]``), if the job has it."""
+        return next((t for t in self.tasks if t.label == label), None)
+
+    @property
+    def ended_at(self) -> Optional[float]:
+        """When the job's last task ended (epoch seconds), once the job has ended."""
+        ends = [t.ended_at for t in self.tasks if t.ended_at]
+        return max(ends) if self.terminal and ends else None
 
 
 def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
@@ -106,17 +138,21 @@ def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
         tasks.append(_task_status(info.role, info.rank, records.get(key),
                                   native.get(key, NativeState.UNKNOWN), abort,
                                   (native_ids or {}).get(key)))
+    _set_kv_ranks(tasks, records)
     active = any(t.state.active for t in tasks)
     queued = any(t.state is TaskState.PENDING for t in tasks)
+    total, slow = throughput(tasks)
     lost = [t for t in tasks if t.state is TaskState.LOST]
     status = JobStatus(job_id=plan.job_id, backend=backend, state=JobState.RUNNING,
-                       tasks=tasks)
+                       tasks=tasks, samples_per_sec=total, stragglers=slow)
     if abort is not None:
         status.state = (JobState.CANCELLED if abort.kind is AbortKind.CANCELLED
                         else JobState.FAILED)
         status.reason = abort.reason
         status.log = abort.log
         status.terminal = not active
+        if abort.kind is AbortKind.FAILED:
+            status.cause_task = _cause_task(abort, tasks)
     elif workers_succeeded(plan, records) and not active:
         status.state = JobState.SUCCEEDED
         status.terminal = not queued
@@ -126,9 +162,47 @@ def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
                                   for t in lost)
         status.log = lost[0].log or None
         status.terminal = not active
+        status.cause_task = lost[0].label
     elif not active:
         status.state = JobState.PENDING
     return status
+
+
+def _set_kv_ranks(tasks: List[TaskStatus], records: Mapping[TaskKey, TaskRecord]) -> None:
+    """Each worker's ``kv_rank``, once every worker has an address (``psrank``)."""
+    workers = [t for t in tasks if t.role is Role.WORKER]
+    addresses = []
+    for task in workers:
+        record = records.get((task.role, task.rank))
+        addresses.append((task.label, record.address if record is not None else ""))
+    ranks = kv_ranks(addresses)
+    for task in workers:
+        task.kv_rank = ranks.get(task.label)
+
+
+def throughput(tasks: List[TaskStatus]) -> Tuple[Optional[float], List[str]]:
+    """The workers' samples/s together, and the stragglers: running workers whose
+    throughput is below ``STRAGGLER_RATIO`` of the median of the other running
+    workers' (at least two workers must report one)."""
+    workers = [t for t in tasks if t.role is Role.WORKER and t.samples_per_sec is not None]
+    running = [t for t in workers if t.state is TaskState.RUNNING]
+    counted = running or workers
+    total = round(sum(t.samples_per_sec or 0.0 for t in counted), 2) if counted else None
+    slow = []
+    if len(running) >= 2:
+        for task in running:
+            peers = [t.samples_per_sec or 0.0 for t in running if t is not task]
+            if (task.samples_per_sec or 0.0) < STRAGGLER_RATIO * statistics.median(peers):
+                slow.append(task.label)
+    return total, slow
+
+
+def _cause_task(abort: AbortRecord, tasks: List[TaskStatus]) -> str:
+    """The task a failure abort names, else the first task that failed by itself."""
+    if abort.role is not None and abort.rank is not None:
+        return f"{abort.role.value}[{abort.rank}]"
+    failed = [t for t in tasks if t.state is TaskState.FAILED]
+    return failed[0].label if failed else ""
 
 
 def _task_status(role: Role, rank: int, record: Optional[TaskRecord], native: NativeState,
@@ -149,7 +223,8 @@ def _task_status(role: Role, rank: int, record: Optional[TaskRecord], native: Na
         state = TaskState.STARTING
     return TaskStatus(role=role, rank=rank, state=state, host=record.host, pid=record.pid,
                       exit_code=record.exit_code, signal=record.signal, note=note,
-                      log=record.log, native=native_id, started_at=record.started_at)
+                      log=record.log, native=native_id, started_at=record.started_at,
+                      ended_at=record.ended_at, metrics=dict(record.metrics))
 
 
 def with_attempts(status: JobStatus, plan: RunPlan, record: Optional[AttemptsRecord],

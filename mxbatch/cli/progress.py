@@ -5,7 +5,10 @@ line on stderr: the job's state, per role the number of tasks in each state, the
 time spent queued and the time since submission::
 
     mlp-ps-1a2b3c4d RUNNING | scheduler: 1 running | server: 2 running |
-    worker: 1 running, 1 queued | queued 12s | elapsed 1m05s
+    worker: 2 running | 812 samples/s | queued 12s | elapsed 1m05s
+
+(the workers' latest throughput together, once they print it, and stragglers named:
+``backends.status.throughput``)
 
 With ``restarts`` the line says which attempt runs, counted from 1 (``attempt 2/4``:
 the second of at most four), after the state.
@@ -103,10 +106,15 @@ def attempt_text(status: JobStatus) -> str:
 
 def summary(status: JobStatus, submitted_at: float, now: float) -> str:
     """The whole status line (see the module docstring)."""
+    speed = ""
+    if status.samples_per_sec is not None:
+        speed = f" | {status.samples_per_sec:.0f} samples/s"
+        if status.stragglers:
+            speed += f" (straggler: {', '.join(status.stragglers)})"
     attempt = attempt_text(status)
     return (f"{status.job_id} {status.state.value} | "
             + (f"{attempt} | " if attempt else "")
-            + f"{role_counts(status)} | "
+            + f"{role_counts(status)}{speed} | "
             f"queued {clock(queued_for(status, submitted_at, now))} | "
             f"elapsed {clock(now - submitted_at)}")
 

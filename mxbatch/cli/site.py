@@ -8,12 +8,14 @@ from typing import Dict, Optional
 
 import click
 
+from ..backends.registry import load_site_config
 from ..runtime.roles import Role
 from ..spec import config as siteconfig
 from ..spec.located import KeyPath
 from . import jsonout
-from .completion import backend_names, profile_names
+from .completion import profile_names
 from .effective import Setting, effective_settings, format_settings
+from .params import Duration, backend_option
 
 #: keys that belong to one job; left out when no SPEC is given
 _JOB_KEYS = ("name", "workdir")
@@ -22,11 +24,9 @@ _JOB_KEYS = ("name", "workdir")
 PROFILE = click.option("--profile", "-p", default=None, metavar="NAME",
                        shell_complete=profile_names,
                        help="Site profile of the config file (default: its default_profile).")
-BACKEND = click.option("--backend", "-b", default=None, shell_complete=backend_names,
-                       help="Where to run: local, sge, slurm, yarn, or a plugin's name "
-                            "(default: the spec's or profile's backend, else local).")
+BACKEND = backend_option("the spec's or profile's backend, else local")
 JSON = click.option("--json", "as_json", is_flag=True,
-                    help="Print one JSON document on stdout (schema: docs/reference/json.md).")
+                    help=jsonout.OPTION_HELP)
 
 
 @click.group(name="config")
@@ -55,7 +55,7 @@ def config_show(spec_file: Optional[Path], profile: Optional[str], backend: Opti
     each with the file and line, or flag, it came from."""
     from ..spec.parse import with_counts
 
-    site = siteconfig.load_config()
+    site = load_site_config()
     spec = siteconfig.site_job(spec_file, profile=profile, site=site, command=["COMMAND"],
                                default_name="job")
     spec = with_counts(spec, workers=workers, servers=servers)
@@ -97,8 +97,8 @@ def _job_only(setting: Setting) -> bool:
 @click.option("--probe/--no-probe", default=True, show_default=True,
               help="Run a tiny probe job through the backend (proves the compute nodes see "
                    "the rendezvous directory and run the runtime).")
-@click.option("--probe-timeout", type=float, default=180.0, show_default=True,
-              metavar="SECONDS", help="Cancel the probe job when it has not ended by then.")
+@click.option("--probe-timeout", type=Duration(), default="3m", show_default=True,
+              help="Cancel the probe job when it has not ended by then (90s, 3m...).")
 @JSON
 def doctor_command(spec_file: Optional[Path], backend: Optional[str], profile: Optional[str],
                    probe: bool, probe_timeout: float, as_json: bool) -> None:
@@ -109,7 +109,7 @@ def doctor_command(spec_file: Optional[Path], backend: Optional[str], profile: O
     from ..doctor.runner import format_checks, run_checks
     from ..jobs import submit as jobs
 
-    site = siteconfig.load_config()
+    site = load_site_config()
     spec = siteconfig.site_job(spec_file, profile=profile, site=site, command=["python3"],
                                default_name="doctor")
     name = siteconfig.backend_name(spec, backend)
@@ -118,7 +118,8 @@ def doctor_command(spec_file: Optional[Path], backend: Optional[str], profile: O
         click.echo(f"mxbatch doctor: backend {name}, profile "
                    f"{site.profile_name(profile) or '(none)'}, rendezvous.dir "
                    f"{spec.rendezvous.dir}", err=True)
-    checks = run_checks(spec, name, target, probe=probe, probe_timeout=probe_timeout)
+    checks = run_checks(spec, name, target, probe=probe, probe_timeout=probe_timeout,
+                        with_script=spec_file is not None)
     ok = all(check.ok for check in checks)
     if as_json:
         click.echo(jsonout.dumps(jsonout.document(

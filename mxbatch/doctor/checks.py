@@ -16,12 +16,17 @@ import enum
 import os
 import shutil
 import subprocess
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Protocol, Sequence
 
 from ..errors import MxbatchError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..backends.base import Backend
+
+class ChecksItsEnvironment(Protocol):
+    """What ``environment_check`` needs of a backend (``backends.base.Backend`` is one)."""
+
+    name: str
+
+    def check_environment(self) -> None: ...
 
 #: how long a command a check runs may take
 COMMAND_TIMEOUT_S = 30.0
@@ -31,6 +36,7 @@ class Outcome(str, enum.Enum):
     PASS = "pass"
     FAIL = "fail"
     SKIP = "skip"  # not run: it does not apply, or an earlier check failed
+    WARN = "warn"  # passed, but something looks wrong (no failure)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +68,10 @@ def failed(name: str, detail: str, fix: str) -> Check:
 
 def skipped(name: str, detail: str) -> Check:
     return Check(name, Outcome.SKIP, detail)
+
+
+def warned(name: str, detail: str, fix: str) -> Check:
+    return Check(name, Outcome.WARN, detail, fix)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -101,7 +111,7 @@ def command_check(name: str, argv: Sequence[str], fix: str, *,
     return passed(name, success or f"`{' '.join(argv)}` answered")
 
 
-def environment_check(backend: "Backend", name: str = "") -> Check:
+def environment_check(backend: ChecksItsEnvironment, name: str = "") -> Check:
     """``backend.check_environment()`` as one check (its message is the fix)."""
     name = name or f"{backend.name} usable from here"
     try:

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
 from ..backends.base import Backend, LogReader, attempts_of, current_attempt, load_run_plan
 from ..backends.records import JobRecord
 from ..backends.status import JobState, JobStatus
 from ..errors import WaitTimeout
+from ..runtime import notes
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import Rendezvous
-from ..runtime.states import AbortKind, AbortRecord
+from ..runtime.states import AbortKind, AbortRecord, TaskState
 from ..runtime.watch import missing_at_deadline, startup_abort
 from .interrupts import HeldSignals, check_interrupted
 
@@ -52,10 +53,18 @@ class LogTail:
         except OSError:
             return None
 
-    def read(self, final: bool = False):
+    def read(self, final: bool = False) -> Iterator[str]:
+        """The new complete lines, prefixed (``final``: a last incomplete one too)."""
+        for _, line in self.read_lines(final):
+            yield self.prefix + line
+
+    def read_lines(self, final: bool = False) -> Iterator[Tuple[int, str]]:
+        """``(offset, line)`` of each new complete line, not prefixed: where it starts
+        in the file (for its time, ``logfile.time_at``)."""
         data = self._read_from(self.offset, final)
         if data is None:
             return
+        start = self.offset - len(self.partial)
         self.offset += len(data)
         data = self.partial + data
         lines = data.split(b"\n")
@@ -64,7 +73,20 @@ class LogTail:
             lines.append(self.partial)
             self.partial = b""
         for line in lines:
-            yield self.prefix + line.decode(errors="replace")
+            yield start, line.decode(errors="replace")
+            start += len(line) + 1
+
+    def skip_to_last(self, count: int) -> None:
+        """Start at the last ``count`` lines of what the file holds now (``logs --tail``)."""
+        data = self._read_from(0, True) or b""
+        end = len(data) - (1 if data.endswith(b"\n") else 0)
+        start = end
+        for _ in range(count):
+            start = data.rfind(b"\n", 0, start)
+            if start < 0:
+                break
+        self.offset = 0 if start < 0 else start + 1
+        self.partial = b""
 
 
 class LogStream:
@@ -90,14 +112,22 @@ class LogStream:
                           for t in plan.tasks]
 
     def pump(self, final: bool = False) -> None:
-        """Echo the complete new lines (``final``: the rest too)."""
+        """Echo the complete new lines (``final``: the rest too). Within one look, the
+        supervisors' teardown notes (``stopping: <why>``) come after every task's own
+        lines, so that a failing role's last output precedes the others' stopping."""
         now = time.monotonic()
         if not final and now < self._next:
             return
         self._next = now + self.MIN_INTERVAL_S
+        teardown = []
         for tail in self.tails:
             for line in tail.read(final=final):
-                self.echo(line)
+                if notes.is_teardown(line):
+                    teardown.append(line)
+                else:
+                    self.echo(line)
+        for line in teardown:
+            self.echo(line)
 
 
 class AttemptLogs:
@@ -207,7 +237,9 @@ def _enforce_deadlines(plan, rdv: Rendezvous, status: JobStatus) -> None:
     missing = missing_at_deadline(plan, rdv.read_tasks(plan.task_keys()),
                                   time.time() - DEADLINE_MARGIN_S)
     if missing:
-        rdv.write_abort(startup_abort(plan, missing, by="mxbatch wait"))
+        queued = sorted({t.native for t in status.tasks if t.label in missing and t.native
+                         and t.state is TaskState.PENDING})
+        rdv.write_abort(startup_abort(plan, missing, by="mxbatch wait", queued=queued))
     elif status.state is JobState.FAILED and status.reason:
         rdv.write_abort(AbortRecord(kind=AbortKind.FAILED, reason=status.reason,
                                     log=status.log, by="mxbatch wait"))

@@ -6,11 +6,12 @@ Everything that can fail on bad input fails before anything is created.
 
 from __future__ import annotations
 
+import os
 from typing import Optional, Tuple
 
 from ..backends import containers, records, rundir
 from ..backends.base import Backend, Request
-from ..backends.registry import backend_class
+from ..backends.registry import backend_class, options_for
 from ..spec import plan as planning
 from ..spec.parse import with_counts, with_max_restarts
 from ..spec.schema import JobSpec
@@ -18,8 +19,9 @@ from ..spec.schema import JobSpec
 
 def backend_for_spec(spec: JobSpec, name: str) -> Backend:
     """The backend ``name`` configured from the spec's ``backends.<name>`` block
-    (its defaults when the spec has none)."""
-    return backend_class(name)(spec.backend_options.get(name))
+    (its defaults when the spec has none), or its variant for this process's
+    environment (``Backend.variant``: inside a Slurm allocation or an SGE parallel job)."""
+    return backend_class(name)(options_for(spec, name)).variant(os.environ)
 
 
 def backend_for_record(record: records.JobRecord) -> Backend:

@@ -208,6 +208,8 @@ class Agent:
         self.aborted = abort
         checkpoint = self._checkpoint_signal(abort)
         deadline = mono + self.plan.restarts.checkpoint_grace_s
+        for runner in self.runners:  # every role's last output before any teardown note
+            runner.drain_output(mono)
         for runner in self.runners:
             if runner.phase is Phase.QUEUED:
                 runner.record.note = "never started: job aborted"
@@ -217,7 +219,8 @@ class Agent:
                 runner.dirty = True
             elif runner.record.state is not TaskState.FAILED:
                 note = "stopped: " + abort.reason
-                if checkpoint is not None and runner.phase is Phase.RUNNING:
+                if checkpoint is not None and runner.phase is Phase.RUNNING \
+                        and runner.proc is not None and runner.proc.poll() is None:
                     if runner.task.role is Role.WORKER:
                         runner.checkpoint(checkpoint, deadline, note)
                     else:
@@ -225,9 +228,7 @@ class Agent:
                                    % abort.reason)
                         runner.hold(deadline, note)
                     continue
-                if runner.phase not in (Phase.STOPPING, Phase.DONE):
-                    runner.say("stopping: %s" % abort.reason)
-                runner.stop(TaskState.CANCELLED, note, wall, mono)
+                runner.stop_for_job(abort.reason, wall, mono)
 
     def _checkpoint_signal(self, abort: AbortRecord) -> Optional[int]:
         """The signal workers get before the teardown of an attempt that ends on

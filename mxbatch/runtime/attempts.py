@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .jsonfile import atomic_write_json, read_json
+from .files import atomic_write_json, read_json
 from .states import AbortRecord, EndReason
 
 #: what ``restarts.on`` lists by default

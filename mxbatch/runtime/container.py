@@ -5,14 +5,17 @@ The supervisor stays on the host; only the role runs in the container:
 
 - docker/podman: ``<runtime> run --rm --init --network host --name <name> --env-file
   <file> -e DMLC_PS_ROOT_URI -e DMLC_PS_ROOT_PORT -e DMLC_NODE_HOST -v <workdir>:<workdir>
-  -v <run dir>:<run dir>:ro [mounts] -w <workdir> [limits] [GPUs] [options] <image>
+  -v <hook dir>:<hook dir>:ro [mounts] -w <workdir> [limits] [GPUs] [options] <image>
   <argv>``; limits: docker ``--ulimit core=0`` unless the spec allows core dumps,
   podman ``--ulimit host`` (the client's limits, RLIMIT_CORE included). The host's
   network, because ps-lite advertises addresses others must reach; ``--init``,
   because Python as PID 1 ignores SIGTERM; the name ``mxbatch-<job-id>-<role>-<rank>``
   (``container_name``), so the container can be removed by name whatever happened to
-  the client; the run directory at the same path (read-only), because the exception
-  hook on PYTHONPATH lives there.
+  the client; the exception hook's directory (``<run dir>/pyhook``, on PYTHONPATH) at
+  the same path, read-only, and alone: the run directory is 0700, and an image's own
+  user (not the submitting uid) could not read the hook through it; Python skips an
+  unreadable PYTHONPATH entry without a word, and an uncaught exception then hung the
+  job in MXNet's exit barrier (measured with a non-root image).
 - apptainer (or singularity): ``apptainer exec --cleanenv --env-file <file> --bind
   <workdir> --bind <run dir>:<run dir>:ro [binds] --pwd <workdir> [--nv] [options]
   <image> <argv>``; no daemon, so the role's processes are the client's own children.
@@ -53,8 +56,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .files import atomic_write
 from .layout import RunLayout
-from .wire import JOB_ID
+from .wire import JOB_ID, RENDEZVOUS_VARIABLES
 
 
 class ContainerRuntime(str, enum.Enum):
@@ -74,7 +78,6 @@ class GpuMode(str, enum.Enum):
 
 
 #: the variables a role gets when it starts, passed by name from the client's environment
-from .wire import RENDEZVOUS_VARIABLES  # noqa: E402 (named here before wire.py)
 
 #: inherited variables that describe the host, not the job: the image has its own
 HOST_ONLY = ("PATH", "HOME", "HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_", "SHELL", "MAIL",
@@ -192,7 +195,8 @@ def run_argv(container: ContainerPlan, job_id: str, workdir: str, layout: RunLay
                "--name", container_name(job_id, role, rank), "--env-file", env_file]
     for name in RENDEZVOUS_VARIABLES:
         command += ["-e", name]
-    command += ["-v", "%s:%s" % (workdir, workdir), "-v", "%s:%s:ro" % (run_dir, run_dir)]
+    hook_dir = layout.pyhook_dir
+    command += ["-v", "%s:%s" % (workdir, workdir), "-v", "%s:%s:ro" % (hook_dir, hook_dir)]
     for mount in container.mounts:
         command += ["-v", mount]
     command += ["-w", workdir]
@@ -253,13 +257,7 @@ def env_file_text(runtime: ContainerRuntime, env: Mapping[str, str]) -> Tuple[st
 def write_private(path: str, text: str) -> None:
     """Write ``text`` to ``path`` with mode 0600 (through a temporary file and rename)."""
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
+    atomic_write(path, text.encode(), 0o600)
 
 
 def remove_argv(runtime: ContainerRuntime, names: Sequence[str],
@@ -302,6 +300,15 @@ def _reap(proc: subprocess.Popen, timeout: float) -> Optional[int]:
     finally:
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+class Moment(enum.Enum):
+    """When the supervisor asks whether a role's container must be removed by name."""
+
+    RESTART = "restart"  # the role starts again, and the container's name is needed
+    ESCALATED = "escalated"  # SIGKILL of the client after the grace period
+    AGENT_ENDING = "agent ending"  # the supervisor kills what is left and exits
+    FINISHED = "finished"  # the client has ended
 
 
 class RoleContainer:
@@ -401,6 +408,26 @@ class RoleContainer:
             pass
 
     # ------------------------------------------------------------------ removal
+    def removal_reason(self, moment: Moment, client_code: Optional[int], killed: bool,
+                       stopping: bool) -> Optional[str]:
+        """The one removal policy: why the container must be removed by name at
+        ``moment`` (for the task log; "" = remove without a word), or None to leave it to
+        the runtime's ``--rm``. ``client_code``: the client's exit code (None: running);
+        ``killed``: the client was SIGKILLed; ``stopping``: the supervisor stopped it."""
+        if moment is Moment.ESCALATED:
+            return "removing container %s" % self.name
+        if moment is Moment.AGENT_ENDING and client_code is None:
+            return ""
+        if self.needs_removal(client_code, killed):
+            return ("" if killed or moment is not Moment.FINISHED
+                    else "removing container %s (its client did not end by itself)" % self.name)
+        if moment is Moment.FINISHED and stopping:
+            # stopped by us: the client ended on SIGTERM, but its --rm is the runtime's
+            # own clean-up after the container's exit, which podman runs in a process of
+            # its own that may come seconds late or not at all on a loaded host
+            return ""
+        return None
+
     def needs_removal(self, client_code: Optional[int], killed: bool) -> bool:
         """Whether the container may outlive its client: the client was killed (a
         signal, SIGKILL after the grace period) or the runtime failed to run it."""

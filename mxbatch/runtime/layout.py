@@ -10,6 +10,7 @@
   ``DigestRecord`` of the job's watcher;
 - ``tasks/<role>-<rank>.json``: one ``TaskRecord`` per task;
 - ``logs/<role>-<rank>.log``: the role's stdout and stderr plus supervisor notes;
+  ``logs/<role>-<rank>.times``: when each part of it arrived (``logfile``);
   ``logs/<role>-<rank>.out``: the supervisor's own output; ``logs/manager.log``;
   ``logs/<prefix>-<role>.<index>.out``: a batch system's output of one array task;
 - ``jobs/<name>.sh``: batch job scripts; ``<backend>/``: a backend's own files;
@@ -151,6 +152,10 @@ class RunLayout:
         """The role's stdout and stderr, and the supervisor's notes."""
         return self._attempt_path(LOGS, task_log_name(role, rank))
 
+    def task_log_times(self, role: str, rank: int) -> str:
+        """When each part of the task's log arrived (``logfile.TaskLog``)."""
+        return self._attempt_path(LOGS, task_name(role, rank) + ".times")
+
     def supervisor_log(self, role: str, rank: int) -> str:
         """What a supervisor itself prints (a crash of the supervisor shows here)."""
         return self._attempt_path(LOGS, task_name(role, rank) + ".out")
@@ -158,6 +163,17 @@ class RunLayout:
     @property
     def manager_log(self) -> str:
         return self._path(LOGS, "manager.log")
+
+    def ssh_log(self, host: str) -> str:
+        """ssh's and a host agent's own stderr (the ssh backend; ``host`` as the hostfile
+        names it, made safe for a file name)."""
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in host)
+        return self._attempt_path(LOGS, "ssh-%s.log" % safe)
+
+    @property
+    def mpirun_log(self) -> str:
+        """mpirun's own output (the MPI backend)."""
+        return self._attempt_path(LOGS, "mpirun.log")
 
     def batch_output(self, prefix: str, role: str, index_placeholder: str) -> str:
         """A batch system's output file of one array task of ``role``, with the

@@ -14,6 +14,9 @@ from .container import ContainerPlan
 from .layout import RunLayout, task_name
 from .roles import Role
 
+#: how often supervisors read the abort record, unless a backend says otherwise
+DEFAULT_ABORT_POLL_S = 1.0
+
 
 @dataclass(frozen=True)
 class TaskInfo:
@@ -62,7 +65,7 @@ class RunPlan:
     stall_timeout_s: Optional[float] = 1800.0
     # how often supervisors look for the abort record: often on one machine, about
     # once a second on shared storage
-    abort_poll_s: float = 1.0
+    abort_poll_s: float = DEFAULT_ABORT_POLL_S
     # The submitter's PATH, restored in tasks that inherit the environment: some
     # execds (SGE here) replace PATH even with qsub -V, and then `python3` is not
     # the submitter's (venv) Python.

@@ -16,7 +16,7 @@ those in containers included, with host pids and parents.
 """
 
 import os
-from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 
 class GroupStat(NamedTuple):
@@ -82,6 +82,40 @@ def snapshot(pgids: Iterable[int], roots: Iterable[int] = ()) -> Dict[int, Group
             if stat is not None:
                 result[root] = stat
     return result
+
+
+def members(pgid: int, roots: Iterable[int] = ()) -> Set[int]:
+    """The live processes of a role: its process group ``pgid``, the processes under its
+    leader (those that left the group included) and the trees under ``roots`` (a
+    container's main process); one scan of ``/proc``."""
+    found: Set[int] = set()
+    alive: Set[int] = set()
+    children: Dict[int, List[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as handle:
+                state, ppid, pgrp, _ = _parse_stat(handle.read())
+        except (OSError, ValueError, IndexError):
+            continue
+        if state in ("Z", "X"):
+            continue
+        alive.add(int(entry))
+        children.setdefault(ppid, []).append(int(entry))
+        if pgrp == pgid:
+            found.add(int(entry))
+    pending = [pgid] + list(roots)
+    while pending:
+        pid = pending.pop()
+        pending.extend(children.pop(pid, ()))
+        if pid in alive:
+            found.add(pid)
+    return found
 
 
 def _tree_stat(root: int, procs: Dict[int, Tuple[int, int, bool]],

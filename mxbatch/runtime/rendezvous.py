@@ -34,7 +34,7 @@ import random
 import time
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
-from .jsonfile import (
+from .files import (
     atomic_write_json,
     read_json,
     temp_name,

@@ -91,8 +91,9 @@ class EndReason(str, enum.Enum):
 @dataclass(frozen=True)
 class SchedulerRecord:
     """Where the scheduler of ``job_id`` listens. Published as soon as its role starts
-    (``listening`` false), again once the port accepts connections (true); a new
-    ``attempt`` means it moved to another port."""
+    (``listening`` false), again once the listening socket on the port is the role's
+    own (true: only then do members start); a new ``attempt`` means it moved to another
+    port before it listened."""
 
     job_id: str
     ip: str
@@ -145,6 +146,13 @@ class TaskRecord:
     # when the role was first seen connected to the ps-lite scheduler (the scheduler:
     # listening); None while it has not reached it (a failure then is a start-up one)
     reached_at: Optional[float] = None
+    # the latest metrics the role printed (``metrics``: samples_per_sec from MXNet's
+    # Speedometer, or MXBATCH_METRIC lines) and when they last changed
+    metrics: Dict[str, float] = field(default_factory=dict)
+    metrics_at: Optional[float] = None
+    # where a server or worker listens (``ip:port``), when its supervisor chose the port:
+    # ps-lite's rank order follows it (``backends.psrank``)
+    address: str = ""
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)

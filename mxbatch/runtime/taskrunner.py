@@ -15,14 +15,18 @@ Contract of a role process:
   ``logs/<role>-<rank>.log`` (with the supervisor's notes), so the agent sees output
   without touching the file system;
 - the scheduler's runner picks a free port, starts the role and publishes its
-  ``SchedulerRecord`` at once (every role imports MXNet in parallel; zmq retries until
-  the scheduler binds), again with ``listening`` once the port accepts connections;
-  if the role exits with an error before that (port taken), it retries another port
-  with ``attempt + 1``, and members that started with the old address restart their
-  role (a role killed by a signal is a failure, never retried);
+  ``SchedulerRecord`` (``listening`` false), then again with ``listening`` once the
+  listening socket on that port is the role's own (``listeners``: the kernel's word,
+  not a connect, which another program on the port would accept too); members start
+  their roles only then, so they never join whatever else holds the address. A port
+  taken between the free-port probe and the role's bind (the role exits with an error
+  before listening, or another process listens there) is retried on another port with
+  ``attempt + 1``, at most ``SCHEDULER_ATTEMPTS`` times (a role killed by a signal is a
+  failure, never retried);
 - an exit other than 0, a passed walltime, or a failed start is the task's failure:
   ``TaskFailed`` carries the abort record for the agent to publish (``startup``: the
-  role never reached the scheduler, as ``sockets`` saw: its ps-lite connection); with
+  role never reached the scheduler, as ``listeners.connected_to`` saw: its ps-lite
+  connection); with
   restarts on, a task that reaches its walltime less ``restarts.checkpoint_lead`` ends
   the attempt (``AttemptEnds``, reason walltime) so that every worker checkpoints;
 - the role's environment carries the job's attempt (``MXBATCH_ATTEMPT``,
@@ -45,12 +49,14 @@ import signal
 import socket
 import subprocess
 import time
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
-from . import net, pyhook, sockets, wire
-from .container import RoleContainer
+from . import listeners, net, notes, procstat, pyhook, wire
+from .container import Moment, RoleContainer
 from .environ import role_environment
 from .layout import RunLayout
+from .logfile import TaskLog
+from .metrics import MetricReader
 from .planfile import RunPlan, TaskInfo
 from .procstat import GroupStat
 from .rendezvous import Backoff, Rendezvous
@@ -65,12 +71,11 @@ from .states import (
 )
 
 SCHEDULER_ATTEMPTS = 3
-#: how often a waiting member looks for the scheduler's record at most, and how
-#: often a started one checks whether the scheduler moved (until it listens)
+#: how often a waiting member looks for the scheduler's record at most
 MEMBER_POLL_CAP_S = 0.5
-FOLLOW_SCHEDULER_S = 0.5
+#: how often the scheduler's runner asks who listens on its port, until its role does
 LISTEN_CHECK_S = 0.1
-#: how long a restarting member waits for its SIGKILLed old role at most
+#: how long the scheduler's runner waits for a SIGKILLed attempt's role at most
 RESTART_WAIT_S = 5.0
 
 
@@ -166,11 +171,14 @@ class TaskRunner:
         self.dirty = True
         self.proc: Optional[subprocess.Popen] = None
         self.output_fd: Optional[int] = None
-        self._log: Optional[int] = None
+        self._log = TaskLog(self.log_path,
+                            self.layout.task_log_times(task.role.value, task.rank))
         # scheduler
         self._ports: Optional[Iterator[int]] = None
         self._published: Optional[SchedulerRecord] = None
         self._next_listen_check = 0.0
+        #: why earlier attempts' ports were lost (for the error when none is left)
+        self._lost_ports: List[str] = []
         # members
         self._scheduler: Optional[SchedulerRecord] = None
         self._backoff = Backoff(cap=MEMBER_POLL_CAP_S)
@@ -189,6 +197,7 @@ class TaskRunner:
                           if plan.container is not None else None)
         self._escalated = False  # SIGKILL after the grace period was sent
         self._walltime_said = False
+        self._metrics = MetricReader()
 
     @property
     def label(self) -> str:
@@ -201,28 +210,41 @@ class TaskRunner:
     # ------------------------------------------------------------------ notes and records
     def say(self, message: str) -> None:
         """A supervisor note, in the task's log."""
-        self.write_log(("mxbatch supervisor %s: %s\n" % (self.label, message)).encode())
+        self.write_log(notes.note(self.label, message).encode())
 
     def write_log(self, data: bytes) -> None:
         if self.rdv.append_log(self.task.role, self.task.rank, data):
             return  # the rendezvous keeps the log (an ssh host's agent: the submit host)
-        if self._log is None:
-            os.makedirs(os.path.dirname(self.log_path), mode=0o700, exist_ok=True)
-            self._log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.write(self._log, data)
+        self._log.write(data)
 
     def on_output(self, data: bytes, mono: float) -> None:
-        """The role wrote ``data`` (the agent read it from the pipe)."""
+        """The role wrote ``data`` (the agent read it from the pipe). Metrics it printed
+        go into the record, which the next heartbeat writes (no extra file operations)."""
         self.write_log(data)
         self._progress_at = mono
+        if self._metrics.feed(data, time.time()):
+            self.record.metrics = dict(self._metrics.latest)
+            self.record.metrics_at = self._metrics.changed_at
+
+    def drain_output(self, mono: float) -> None:
+        """Copy what the role has written and the agent has not read yet into the log,
+        so that its last words come before any note written after them (its exit, the
+        job's teardown). Never blocks; the pipe stays open for the agent to close."""
+        fd = self.output_fd
+        while fd is not None:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:  # BlockingIOError: nothing more for now
+                return
+            if not data:
+                return
+            self.on_output(data, mono)
 
     def close(self) -> None:
         """Release the log; wait (bounded) for the container's removal, if under way."""
         if self.container is not None:
             self.container.wait_removed()
-        if self._log is not None:
-            os.close(self._log)
-            self._log = None
+        self._log.close()
 
     def _set(self, state: TaskState, note: Optional[str] = None) -> None:
         self.record.state = state
@@ -261,10 +283,9 @@ class TaskRunner:
             env = role_environment(self.environ, self.plan.inherit_env, self.task_env,
                                    rendezvous_env, hook_dir, self.plan.submit_path)
         else:
-            if self.proc is not None and self.container.needs_removal(self.proc.poll(),
-                                                                      self._escalated):
-                self.container.remove()  # a restart: the name is needed again
+            if self.proc is not None and self._remove_container(Moment.RESTART):
                 self.container.wait_removed()
+            self._escalated = False
             try:
                 argv, env, skipped = self.container.prepare(
                     self.environ, functools.partial(
@@ -281,8 +302,9 @@ class TaskRunner:
             # docker and podman pass SIGTERM on to the container; SIGKILL would orphan it
             if self.container.daemon:
                 deathsig = signal.SIGTERM
-        self.say("starting on %s with DMLC_NODE_HOST=%s: %s"
-                 % (self.record.host, rendezvous_env.get(wire.DMLC_NODE_HOST), " ".join(argv)))
+        self.say("starting on %s with %s=%s: %s"
+                 % (self.record.host, wire.DMLC_NODE_HOST,
+                    rendezvous_env.get(wire.DMLC_NODE_HOST), " ".join(argv)))
         read_end, write_end = os.pipe()
         try:
             self.proc = subprocess.Popen(
@@ -313,8 +335,9 @@ class TaskRunner:
         attempt = self._published.attempt + 1 if self._published else 1
         port = next(self._ports, None)
         if port is None:
-            raise self.fail("scheduler[0]: no free port in %d-%d"
-                            % (self.plan.port_low, self.plan.port_high), wall, mono)
+            raise self.fail("scheduler[0]: no free port in %d-%d%s"
+                            % (self.plan.port_low, self.plan.port_high,
+                               "".join("; " + lost for lost in self._lost_ports)), wall, mono)
         self._popen(wire.rendezvous_environment(ip, port, ip), wall, mono)
         assert self.proc is not None
         self._published = SchedulerRecord(job_id=self.plan.job_id, ip=ip, port=port,
@@ -328,7 +351,15 @@ class TaskRunner:
         except (net.NetworkError, OSError) as exc:
             raise self.fail("%s: %s" % (self.label, exc), wall, mono) from None
         self._scheduler = info
-        self._popen(wire.rendezvous_environment(info.ip, info.port, my_ip), wall, mono)
+        env = wire.rendezvous_environment(info.ip, info.port, my_ip)
+        port = None
+        if self.container is None:  # (a container gets the rendezvous variables only)
+            port = net.member_port(self.plan.port_low, self.plan.port_high, self.task.index,
+                                   len(self.plan.tasks), my_ip, avoid=info.port)
+        if port is not None:
+            env[wire.PS_NODE_PORT] = str(port)
+        self.record.address = "%s:%d" % (my_ip, port) if port is not None else ""
+        self._popen(env, wall, mono)
 
     # ------------------------------------------------------------------ stepping
     def step(self, wall: float, mono: float, workers_done_seen: Optional[float]) -> None:
@@ -344,15 +375,17 @@ class TaskRunner:
             self._stopping(mono)
 
     def _wait_for_scheduler(self, wall: float, mono: float) -> None:
+        """Start the role once this job's scheduler listens (its own socket, see
+        ``_check_listening``): never on an address something else may hold."""
         if mono < self._next_poll:
             return
         info = self.rdv.read_scheduler()
-        if info is not None and info.job_id == self.plan.job_id:
+        if info is not None and info.job_id == self.plan.job_id and info.listening:
             self._start_member(info, wall, mono)
             return
         if wall > self.plan.startup_deadline:
-            raise self.fail("%s: the scheduler did not publish its address before the "
-                            "startup deadline (%gs)" % (self.label, self.plan.startup_timeout_s),
+            raise self.fail("%s: the scheduler was not listening before the startup "
+                            "deadline (%gs)" % (self.label, self.plan.startup_timeout_s),
                             wall, mono)
         self._next_poll = mono + self._backoff.next()
 
@@ -366,8 +399,6 @@ class TaskRunner:
             self.container.poll(mono)
         if self.task.role is Role.SCHEDULER:
             self._check_listening(wall, mono)
-        else:
-            self._follow_scheduler(wall, mono)
         self._check_walltime(wall, mono)
         if (self.task.role is not Role.WORKER and workers_done_seen is not None
                 and mono - workers_done_seen > self.plan.grace_s):
@@ -400,10 +431,18 @@ class TaskRunner:
             raise failed
 
     def _exited(self, code: int, wall: float, mono: float) -> None:
+        self.drain_output(mono)  # the role's last words before the supervisor's
         if (self.task.role is Role.SCHEDULER and code > 0 and self._published is not None
                 and not self._published.listening):  # exited (port taken?), not killed
-            self.say("scheduler exited with %s before listening on port %d"
-                     % (code, self._published.port))
+            port = self._published.port
+            state = listeners.port_state(self._published.ip, port, tuple, os.getpid())
+            taken = (" (%s holds it)" % (listeners.describe_holders(state.sockets)
+                                         or "another process")
+                     if state.holder is listeners.Holder.OTHER else "")
+            self.say("scheduler exited with %s before listening on port %d%s"
+                     % (code, port, taken))
+            self._lost_ports.append("the scheduler exited with %s before listening on port "
+                                    "%d%s" % (code, port, taken))
             if self._published.attempt < SCHEDULER_ATTEMPTS:
                 self._start_scheduler(wall, mono)
                 return
@@ -415,52 +454,76 @@ class TaskRunner:
             self.say("exited with code 0")
             self._finish(TaskState.SUCCEEDED, wall)
             return
-        how = ("was killed by %s" % self.record.signal if code < 0
-               else "exited with code %d" % code)
-        if self.container is not None and code in _RUNTIME_EXIT_CODES:
-            how += " (%s)" % _RUNTIME_EXIT_CODES[code]
+        how = self._how(code)
         self.say(how)
         raise self.fail("%s %s" % (self.label, how), wall, mono, code, self.record.signal)
 
+    def _how(self, code: int) -> str:
+        """How the role ended: ``exited with code 2``, ``was killed by SIGKILL``."""
+        how = ("was killed by %s" % signal_name(code) if code < 0
+               else "exited with code %d" % code)
+        if self.container is not None and code in _RUNTIME_EXIT_CODES:
+            how += " (%s)" % _RUNTIME_EXIT_CODES[code]
+        return how
+
     def _check_listening(self, wall: float, mono: float) -> None:
+        """Publish ``listening`` once the role's own socket listens on its port; a port
+        another process holds is lost: this attempt stops and the next takes another."""
         published = self._published
         if published is None or published.listening or mono < self._next_listen_check:
             return
         self._next_listen_check = mono + LISTEN_CHECK_S
-        if net.accepts_connections(published.ip, published.port, timeout=0.2):
+        state = self._port_state(published)
+        if state is not None and state.holder is listeners.Holder.ROLE:
             self._published = SchedulerRecord(**dict(published.to_dict(), listening=True))
             self.rdv.publish_scheduler(self._published)
             if self.record.reached_at is None:
                 self.record.reached_at = wall
                 self.dirty = True
             self.say("listening on %s (attempt %d)" % (published.address, published.attempt))
-        elif wall > self.plan.startup_deadline:
+            return
+        if state is not None and state.holder is listeners.Holder.OTHER:
+            self._port_taken(published, state, wall, mono)
+            return
+        if wall > self.plan.startup_deadline:
             raise self.fail("scheduler[0] did not listen on %s before the startup deadline "
                             "(%gs)" % (published.address, self.plan.startup_timeout_s),
                             wall, mono)
 
-    def _follow_scheduler(self, wall: float, mono: float) -> None:
-        """Until the scheduler listens, restart this role if it moved to another port."""
-        info = self._scheduler
-        if info is None or info.listening or mono < self._next_poll:
-            return
-        self._next_poll = mono + FOLLOW_SCHEDULER_S
-        latest = self.rdv.read_scheduler()
-        if latest is None or latest.job_id != self.plan.job_id:
-            return
-        if latest.attempt != info.attempt:
-            self.say("the scheduler moved to %s (attempt %d): restarting the role"
-                     % (latest.address, latest.attempt))
-            assert self.proc is not None
-            _killpg(self.proc.pid, signal.SIGKILL)
-            try:  # bounded: the agent loop (signals, other tasks) must go on
-                self.proc.wait(timeout=RESTART_WAIT_S)
-            except subprocess.TimeoutExpired:
-                self.say("the old role (pid %d) outlived SIGKILL for %gs: starting anyway"
-                         % (self.proc.pid, RESTART_WAIT_S))
-            self._start_member(latest, wall, mono)
-        else:
-            self._scheduler = latest
+    def _port_state(self, published: SchedulerRecord) -> Optional[listeners.PortState]:
+        """Who listens on the published port, in the role's network namespace; None
+        while that cannot be known (a container whose main process is not known yet)."""
+        assert self.proc is not None
+        leader = netns = self.proc.pid
+        roots: Tuple[int, ...] = ()
+        if self.container is not None and self.container.daemon:
+            if self.container.pid is None:
+                return None
+            netns, roots = self.container.pid, (self.container.pid,)
+        return listeners.port_state(published.ip, published.port,
+                                    lambda: procstat.members(leader, roots), netns)
+
+    def _port_taken(self, published: SchedulerRecord, state: listeners.PortState,
+                    wall: float, mono: float) -> None:
+        """Another process listens where this attempt's role was to: stop the role (it
+        could never bind there) and try another port, or fail naming the port."""
+        lost = ("port %d was taken by %s after mxbatch chose it"
+                % (published.port, listeners.describe_holders(state.sockets)
+                   or "another process"))
+        self.say("%s: stopping attempt %d" % (lost, published.attempt))
+        self._lost_ports.append(lost)
+        assert self.proc is not None
+        _killpg(self.proc.pid, signal.SIGKILL)
+        try:  # bounded: the agent loop (signals, other tasks) must go on
+            self.proc.wait(timeout=RESTART_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.say("the role (pid %d) outlived SIGKILL for %gs: going on anyway"
+                     % (self.proc.pid, RESTART_WAIT_S))
+        self._escalated = True  # its container, if any, is removed before the next start
+        if published.attempt >= SCHEDULER_ATTEMPTS:
+            raise self.fail("scheduler[0]: %s (%d attempts)" % (lost, published.attempt),
+                            wall, mono)
+        self._start_scheduler(wall, mono)
 
     # ------------------------------------------------------------------ checkpointing
     def checkpoint(self, signum: int, deadline: float, note: str) -> None:
@@ -525,6 +588,36 @@ class TaskRunner:
         _killpg(self.proc.pid, signal.SIGCONT)  # a stopped process sees SIGTERM only now
         self.phase = Phase.STOPPING
 
+    def stop_for_job(self, reason: str, wall: float, mono: float) -> None:
+        """Stop because the job is ending for ``reason`` (another task failed, a cancel):
+        CANCELLED, with a teardown note; but a role that has already ended by itself
+        keeps its own outcome."""
+        if self.phase in (Phase.STOPPING, Phase.DONE):
+            return
+        if self.phase is Phase.RUNNING and self.proc is not None \
+                and self.proc.poll() is not None:
+            self._ended_by_itself(self.proc.returncode, wall, mono)
+            return
+        self.drain_output(mono)
+        self.say(notes.STOPPING + reason)
+        self.stop(TaskState.CANCELLED, "stopped: " + reason, wall, mono)
+
+    def _ended_by_itself(self, code: int, wall: float, mono: float) -> None:
+        """The role ended on its own before this supervisor saw it (another task's failure
+        is stopping the job meanwhile): it keeps its own outcome, FAILED with its own exit
+        code (not CANCELLED by the teardown), or SUCCEEDED."""
+        self.drain_output(mono)
+        self.record.exit_code, self.record.signal = code, signal_name(code)
+        if code == 0:
+            self.say("exited with code 0")
+            self.record.note = ""
+            self._finish(TaskState.SUCCEEDED, wall)
+            return
+        how = self._how(code)
+        self.say(how)
+        self.record.note = how
+        self._finish(TaskState.FAILED, wall)
+
     def _stopping(self, mono: float) -> None:
         assert self.proc is not None and self._final is not None
         if self.proc.poll() is not None:
@@ -534,9 +627,7 @@ class TaskRunner:
             self.say("still running %gs after SIGTERM: SIGKILL" % self.plan.grace_s)
             _killpg(self.proc.pid, signal.SIGKILL)
             self._escalated = True
-            if self.container is not None:
-                self.say("removing container %s" % self.container.name)
-                self.container.remove()
+            self._remove_container(Moment.ESCALATED)
             self._kill_at = None
 
     def kill(self) -> None:
@@ -544,27 +635,34 @@ class TaskRunner:
         removing its container if the client may have left it behind (``close`` waits)."""
         if self.proc is None:
             return
-        running = self.proc.poll() is None
+        code = self.proc.poll()
         _killpg(self.proc.pid, signal.SIGKILL)
-        if self.container is not None and (running or self.container.needs_removal(
-                self.proc.poll(), self._escalated)):
-            self.container.remove()
+        self._remove_container(Moment.AGENT_ENDING, code)
+
+    def _remove_container(self, moment: Moment, client_code: Optional[int] = -1) -> bool:
+        """Remove the role's container if ``container.removal_reason`` says so (with its
+        words in the task log); whether a removal started. ``client_code``: the client's
+        exit code as seen before a kill (default: ask the process now)."""
+        if self.container is None or self.proc is None:
+            return False
+        code = self.proc.poll() if client_code == -1 else client_code
+        reason = self.container.removal_reason(moment, code, self._escalated,
+                                               self.phase in (Phase.STOPPING,
+                                                              Phase.CHECKPOINTING,
+                                                              Phase.HOLDING))
+        if reason is None:
+            return False
+        if reason:
+            self.say(reason)
+        self.container.remove()
+        return True
 
     def _finish(self, state: TaskState, wall: Optional[float]) -> None:
         if self.proc is not None and self.record.exit_code is None:
             code = self.proc.poll()
             self.record.exit_code, self.record.signal = code, signal_name(code or 0)
         if self.container is not None and self.proc is not None:
-            if self.container.needs_removal(self.proc.poll(), self._escalated):
-                if not self._escalated:  # escalating said so already
-                    self.say("removing container %s (its client did not end by itself)"
-                             % self.container.name)
-                self.container.remove()
-            elif self.phase in (Phase.STOPPING, Phase.CHECKPOINTING, Phase.HOLDING):
-                # stopped by us: the client ended on SIGTERM, but its --rm is the runtime's
-                # own clean-up after the container's exit, which podman runs in a process
-                # of its own that may come seconds late or not at all on a loaded host
-                self.container.remove()
+            self._remove_container(Moment.FINISHED)
             self.container.forget_env_file()
         self.phase = Phase.DONE
         self.record.ended_at = wall if wall is not None else time.time()
@@ -608,6 +706,6 @@ class TaskRunner:
         if (self.record.reached_at is not None or info is None or stat is None
                 or self.task.role is Role.SCHEDULER):
             return
-        if sockets.connected_to(stat.pids, info.ip, info.port):
+        if listeners.connected_to(stat.pids, info.ip, info.port):
             self.record.reached_at = time.time()
             self.dirty = True

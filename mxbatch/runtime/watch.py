@@ -20,7 +20,7 @@ Staleness is judged on the watcher's own monotonic clock (when it last saw a
 heartbeat *change*), so clock skew between hosts does not matter.
 """
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .planfile import RunPlan
 from .rendezvous import TaskKey
@@ -44,14 +44,19 @@ def missing_at_deadline(plan: RunPlan, records: Dict[TaskKey, TaskRecord],
     return missing
 
 
-def startup_abort(plan: RunPlan, missing: List[str], by: str) -> AbortRecord:
+def startup_abort(plan: RunPlan, missing: List[str], by: str,
+                  queued: Sequence[str] = ()) -> AbortRecord:
+    """The abort of a job whose ``missing`` tasks never started; ``queued``: the batch
+    system's ids of what still waits for them (named in the reason)."""
     shown = missing if len(missing) <= 20 else missing[:20] + ["and %d more" % (len(missing)
                                                                                    - 20)]
+    waiting = list(queued) if len(queued) <= 5 else list(queued[:5]) + ["..."]
     return AbortRecord(
         kind=AbortKind.FAILED, by=by, end=EndReason.STARTUP_DEADLINE,
-        reason="startup deadline (%gs) passed and %s never started: %s"
+        reason="startup deadline (%gs) passed and %s never started: %s%s"
                % (plan.startup_timeout_s, "this task" if len(missing) == 1 else "these tasks",
-                  ", ".join(shown)),
+                  ", ".join(shown),
+                  " (still queued: %s)" % ", ".join(waiting) if waiting else ""),
         extra={"missing": len(missing)})
 
 

@@ -26,6 +26,9 @@ ATTEMPT = "MXBATCH_ATTEMPT"
 #: attempt: ``preempted``, ``failure``...); empty on attempt 0
 RESTART_REASON = "MXBATCH_RESTART_REASON"
 
+#: a line a role prints to report metrics: ``MXBATCH_METRIC samples_per_sec=123.4``
+METRIC_LINE = "MXBATCH_METRIC"
+
 #: the prefixes of mxbatch's and ps-lite's variables: never inherited from the submitter
 OWN_PREFIXES = ("DMLC_", "MXBATCH_")
 
@@ -40,6 +43,10 @@ DMLC_NODE_HOST = "DMLC_NODE_HOST"
 DMLC_INTERFACE = "DMLC_INTERFACE"
 DMLC_PS_VAN_TYPE = "DMLC_PS_VAN_TYPE"
 DMLC_PS_WATER_MARK = "DMLC_PS_WATER_MARK"
+
+#: ps-lite's own generic variable: the port a server or worker binds (its supervisor
+#: sets it so that ps-lite's rank order follows mxbatch's: ``net.member_port``)
+PS_NODE_PORT = "PORT"
 
 #: known only when the role starts (the scheduler's address), so set by its supervisor
 RENDEZVOUS_VARIABLES = (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NODE_HOST)

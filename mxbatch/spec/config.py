@@ -26,12 +26,11 @@ profile is used (it may be set where the profile is meant for).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import SpecError
+from ..errors import SpecError, did_you_mean
 from . import parse as specs
 from .located import KeyPath, Locations, Origin, load_located
 from .paths import CONFIG_ENV, config_path
@@ -56,6 +55,9 @@ class Layer:
     #: an error raised only when the layer is used (an unset $VAR in a path: it may be
     #: set where that profile is meant to be used)
     deferred_error: Optional[SpecError] = None
+    #: the layer validated alone as a job spec (its ``backends:`` blocks still raw: the
+    #: backends' registry checks them, ``registry.load_site_config``)
+    alone: Optional[JobSpec] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +68,11 @@ class SiteConfig:
     default_profile: Optional[str] = None
     defaults: Optional[Layer] = None
     profiles: Dict[str, Layer] = dataclasses.field(default_factory=dict)
+
+    def all_layers(self) -> List[Layer]:
+        """``defaults`` and every profile, used or not."""
+        return ([self.defaults] if self.defaults is not None else []) + list(
+            self.profiles.values())
 
     def profile_name(self, requested: Optional[str]) -> Optional[str]:
         """The profile in use: ``requested`` (``--profile``) or ``default_profile``."""
@@ -79,9 +86,8 @@ class SiteConfig:
         if name is not None and name not in self.profiles:
             where = (f"in {self.path}" if self.path is not None and self.path.is_file()
                      else f"(no config file at {self.path})")
-            close = difflib.get_close_matches(name, list(self.profiles), n=1, cutoff=0.5)
-            hint = (f"did you mean {close[0]!r}?" if close else
-                    "profiles: " + (", ".join(sorted(self.profiles)) or "none"))
+            hint = did_you_mean(name, list(self.profiles), "profiles: " + (
+                ", ".join(sorted(self.profiles)) or "none"), cutoff=0.5)
             raise SpecError(f"no profile {name!r} {where}", key="--profile", hint=hint)
         if name is not None:
             layers.append(self.profiles[name])
@@ -139,10 +145,8 @@ def _reject_unknown(data: Dict[str, Any], key_path: KeyPath, known: Sequence[str
         if key in job_only:
             raise locations.error(key_path + (key,), "a profile cannot set this key",
                                   "it describes one job: set it in the job spec")
-        close = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.6)
         raise locations.error(key_path + (key,), "unknown key",
-                              f"did you mean {close[0]!r}?" if close else
-                              "valid keys: " + ", ".join(known))
+                              did_you_mean(key, known, "valid keys: " + ", ".join(known)))
 
 
 def _layer(value: Any, key_path: KeyPath, label: str, locations: Locations) -> Layer:
@@ -159,11 +163,11 @@ def _layer(value: Any, key_path: KeyPath, label: str, locations: Locations) -> L
         deferred = unset.error
         data = dict(value, rendezvous={k: v for k, v in value["rendezvous"].items()
                                        if k != "dir"})
-    layer = Layer(label=label, data=data, locations=locations.subtree(key_path, label),
-                  deferred_error=deferred)
-    specs.from_mapping(dict(data, command=_PLACEHOLDER_COMMAND), base_dir=Path.cwd(),
-                       locations=layer.locations, source=locations.path)
-    return layer
+    layer_locations = locations.subtree(key_path, label)
+    alone = specs.from_mapping(dict(data, command=_PLACEHOLDER_COMMAND), base_dir=Path.cwd(),
+                               locations=layer_locations, source=locations.path)
+    return Layer(label=label, data=data, locations=layer_locations, deferred_error=deferred,
+                 alone=alone)
 
 
 class _UnsetVariable(Exception):

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional
 from ..runtime import wire
 from ..runtime.attempts import RestartPlan
 from ..runtime.container import ContainerPlan
-from ..runtime.planfile import RunPlan, TaskInfo
+from ..runtime.planfile import DEFAULT_ABORT_POLL_S, RunPlan, TaskInfo
 from ..runtime.roles import Role
 from .schema import JobSpec, RoleSpec
 
@@ -51,7 +51,7 @@ def new_job_id(name: str) -> str:
 
 def make(spec: JobSpec, backend: str, *, job_id: Optional[str] = None,
          created_at: Optional[float] = None, python: Optional[str] = None,
-         loopback_only: bool = False, abort_poll_s: float = 1.0,
+         loopback_only: bool = False, abort_poll_s: float = DEFAULT_ABORT_POLL_S,
          role_containers: bool = False,
          signal_ends: Optional[Dict[str, str]] = None) -> JobPlan:
     """Plan ``spec`` for ``backend``. ``loopback_only``: every task runs on this host;

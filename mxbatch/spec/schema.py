@@ -26,6 +26,10 @@ from .paths import mxbatch_home
 
 DEFAULT_BACKEND = "local"
 
+#: stands for the list of registered backends in a help text; the reference (and each
+#: command's help) fills it in from the registry
+BACKENDS = "{backends}"
+
 #: metadata keys of ``spec_field`` (``help`` is the one ``typed.option`` uses too)
 HELP, KEY, TYPE, DEFAULT, TOP_LEVEL = "help", "spec_key", "spec_type", "spec_default", "top"
 
@@ -155,9 +159,10 @@ class ContainerSpec:
 
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
-    """A validated job. ``backend_options`` holds the parsed ``backends.<name>`` blocks
-    (each its backend's options dataclass); ``locations`` lets later checks cite
-    file:line for a key."""
+    """A validated job. ``backend_options`` holds the ``backends.<name>`` blocks as the
+    YAML gave them (plain data): the spec layer knows no backend, so the backends'
+    registry parses them (``backends.registry.options_for``, every block present, each
+    error at its file:line); ``locations`` lets later checks cite file:line for a key."""
 
     name: str = spec_field("the job's name, the first part of its id (letters, digits, "
                            "_ . -)", default_text="the spec file's name")
@@ -187,8 +192,8 @@ class JobSpec:
                                         default_factory=RestartsSpec)
     locations: Locations = dataclasses.field(
         default_factory=lambda: Locations(None), compare=False, repr=False)
-    backend: Optional[str] = spec_field("where the job runs (local, sge, slurm, yarn, a "
-                                        "plugin); --backend wins", default_text="local",
+    backend: Optional[str] = spec_field(f"where the job runs: {BACKENDS}, or a plugin's "
+                                        "name; --backend wins", default_text="local",
                                         default=None)
 
     def role(self, role: Role) -> RoleSpec:

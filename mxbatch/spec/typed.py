@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
-import difflib
 import enum
 import shlex
 import typing
 from typing import Any, Dict, List, NewType, Optional, Tuple, Type, TypeVar
 
+from ..errors import did_you_mean
 from .units import parse_duration
 
 T = TypeVar("T")
@@ -41,6 +41,8 @@ class ConversionError(ValueError):
         self.path = path
         self.problem = problem
         self.hint = hint
+        #: every problem found (``from_data(..., every_error=True)``), this one first
+        self.all: List["ConversionError"] = [self]
 
 
 def option(default: Any, help: str) -> Any:
@@ -98,9 +100,14 @@ def type_name(tp: Any) -> str:
         tp, getattr(tp, "__name__", str(tp)))
 
 
-def from_data(tp: Type[T], data: Any, path: KeyPath = (), *, strict: bool = True) -> T:
+def from_data(tp: Type[T], data: Any, path: KeyPath = (), *, strict: bool = True,
+              every_error: bool = False) -> T:
     """``data`` converted to ``tp`` (see the module docstring). ``strict``: unknown keys
-    of a dataclass are errors (with a "did you mean" hint); else they are ignored."""
+    of a dataclass are errors (with a "did you mean" hint); else they are ignored.
+    ``every_error``: a dataclass's problems are all found, in its raised error's
+    ``all``, not only the first."""
+    if every_error and isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _dataclass(tp, data, path, strict, every_error=True)
     return _convert(tp, data, path, strict)
 
 
@@ -155,6 +162,10 @@ def _enum(tp: Type[enum.Enum], data: Any, path: KeyPath) -> enum.Enum:
     for member in tp:
         if member.value == data:
             return member
+    try:  # an enum's own _missing_ (Inside takes YAML's true and false)
+        return tp(data)
+    except (ValueError, TypeError):
+        pass
     choices = ", ".join(str(m.value) for m in tp)
     raise ConversionError(path, f"expected one of {choices}, got {data!r}")
 
@@ -181,25 +192,34 @@ def _scalar(tp: Any, data: Any, path: KeyPath) -> Any:
     raise TypeError(f"unsupported type {tp!r}")
 
 
-def _dataclass(tp: type, data: Any, path: KeyPath, strict: bool) -> Any:
+def _dataclass(tp: type, data: Any, path: KeyPath, strict: bool,
+               every_error: bool = False) -> Any:
     if not isinstance(data, dict):
         raise ConversionError(path, f"expected a mapping, got {kind_of(data)}")
     fields = {f.name: f for f in dataclasses.fields(tp) if f.init}
+    problems: List[ConversionError] = []
     if strict:
         for key in data:
             if key not in fields:
-                close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
-                raise ConversionError(path + (key,), "unknown key",
-                                      f"did you mean {close[0]!r}?" if close else
-                                      "valid keys: " + ", ".join(fields))
+                problems.append(ConversionError(path + (key,), "unknown key", did_you_mean(
+                    key, list(fields), "valid keys: " + ", ".join(fields))))
     hints = typing.get_type_hints(tp)
     values: Dict[str, Any] = {}
     for name, field in fields.items():
-        if name in data:
-            values[name] = _convert(hints[name], data[name], path + (name,), strict)
-        elif (field.default is dataclasses.MISSING
-              and field.default_factory is dataclasses.MISSING):  # type: ignore[misc]
-            raise ConversionError(path + (name,), "missing")
+        if problems and not every_error:
+            break
+        try:
+            if name in data:
+                values[name] = _convert(hints[name], data[name], path + (name,), strict)
+            elif (field.default is dataclasses.MISSING
+                  and field.default_factory is dataclasses.MISSING):  # type: ignore[misc]
+                raise ConversionError(path + (name,), "missing")
+        except ConversionError as exc:
+            problems.extend(exc.all)
+    if problems:
+        first = problems[0]
+        first.all = problems
+        raise first
     return tp(**values)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import enum
 import json
 import os
 import re
@@ -34,7 +35,7 @@ import subprocess
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from ... import shell
 from ...errors import BackendUnavailable, CommandError, MxbatchError, SubmissionRejected
@@ -167,10 +168,15 @@ def parse_job_id(pattern: "re.Pattern[str]", output: str, argv: Sequence[str]) -
     return match.group("job_id")
 
 
-def runtime_argv(plan: JobPlan, role: Role) -> List[str]:
-    """What each array task runs: the runtime zipapp for its role (rank from the array)."""
-    return [plan.run.python, plan.run.layout.runtime, "run", plan.run.run_dir,
-            "--role", role.value]
+def runtime_argv(plan: JobPlan, role: Optional[Role] = None,
+                 task_from: Optional[str] = None) -> List[str]:
+    """What each task runs: the runtime zipapp for ``role`` (an array task: its rank from
+    the array), or for the task whose index is in the variable ``task_from``."""
+    argv = [plan.run.python, plan.run.layout.runtime, "run", plan.run.run_dir]
+    if task_from is not None:
+        return argv + ["--task-from", task_from]
+    assert role is not None
+    return argv + ["--role", role.value]
 
 
 def job_name(plan: JobPlan, role: Role) -> str:
@@ -225,8 +231,46 @@ class NativeView:
 HandleT = TypeVar("HandleT", bound=Handle)
 
 
+class Inside(str, enum.Enum):
+    """``backends.<sge|slurm>.inside``: run the job inside the allocation this process
+    runs in (tasks as job steps / ``qrsh -inherit`` tasks of it) instead of submitting."""
+
+    AUTO = "auto"    # inside when this process runs in an allocation of the system
+    TRUE = "true"    # inside; no allocation here is an error (exit 2)
+    FALSE = "false"  # always submit new jobs
+
+    @classmethod
+    def _missing_(cls, value: object) -> "Optional[Inside]":
+        """YAML's ``true``/``false`` are booleans."""
+        if isinstance(value, bool):
+            return cls.TRUE if value else cls.FALSE
+        return None
+
+
+def inside_help(what: str) -> str:
+    """The help of a batch backend's ``inside`` option (``what``: the allocation)."""
+    return (f"run the job inside the {what} this process runs in instead of submitting: "
+            "auto (when there is one), true, false")
+
+
 class BatchBackend(Backend[object, BatchRequest, HandleT]):
     """Render/submit/status/cancel for array-job schedulers; subclasses fill in natives."""
+
+    #: the registry name of the backend that runs a job inside an allocation of this
+    #: scheduler (``hosts.allocation``), and the variable that says this process runs in one
+    inside_backend: str = ""
+    allocation_variable: str = ""
+
+    def variant(self, environ: Mapping[str, str]) -> Backend:
+        """The in-allocation backend when ``inside`` is true, or auto and
+        ``allocation_variable`` is set; else this one."""
+        inside = getattr(self.options, "inside", Inside.FALSE)
+        if not self.inside_backend or inside is Inside.FALSE or (
+                inside is Inside.AUTO and not environ.get(self.allocation_variable)):
+            return self
+        from ..registry import backend_class
+
+        return backend_class(self.inside_backend)(self.options)
 
     script_template: str = ""
     role_containers = True

@@ -34,7 +34,7 @@ import re
 import shutil
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
+from typing import ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ...errors import BackendUnavailable
 from ...runtime.jobloop import AttemptContext
@@ -45,7 +45,8 @@ from ...runtime.states import EndReason
 from ...spec.plan import JobPlan
 from ...spec.typed import option
 from ...spec.units import format_duration
-from ..base import Handle, Rollback
+from ..base import Backend, Handle, Rollback
+from ..hosts import placement
 from ..status import NativeState
 from . import drmaa as drmaa_glue
 from .common import (
@@ -53,10 +54,12 @@ from .common import (
     BatchBackend,
     BatchRequest,
     Directive,
+    Inside,
     NativeView,
     RoleGroup,
     Unrepresentable,
     attempt_variables,
+    inside_help,
     job_name,
     native_directives,
     parse_task_ranges,
@@ -121,6 +124,14 @@ class SgeOptions:
         "per slot, so a role asks for gpus/cpus per slot, which must divide) or job "
         "(consumable JOB: once per job)")
     native: Tuple[str, ...] = option((), "more qsub options, passed last and unchanged")
+    inside: Inside = option(Inside.AUTO, inside_help(
+        "SGE parallel-environment job (PE_HOSTFILE), one qrsh -inherit agent a host,"))
+    gang: bool = option(False, "submit the job as one parallel job (-pe gang_pe N, N = its "
+                               "tasks) whose master starts every task with qrsh -inherit: all "
+                               "tasks start together or none does")
+    gang_pe: str = option("mpi", "the parallel environment of a gang job: control_slaves "
+                                 "TRUE, job_is_first_task FALSE, allocation_rule $round_robin "
+                                 "or $fill_up")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,6 +210,17 @@ class SgeBackend(BatchBackend[SgeHandle]):
     signal_ends: ClassVar[Dict[str, str]] = {
         "SIGTERM": EndReason.PREEMPTED.value, "SIGUSR2": EndReason.PREEMPTED.value,
         "SIGUSR1": EndReason.WALLTIME.value}
+    inside_backend = "sge-pe"
+    allocation_variable = placement.PE_HOSTFILE
+
+    def variant(self, environ: Mapping[str, str]) -> Backend:
+        """Inside a parallel job: ``sge-pe``; else with ``gang: true``: ``sge-gang``."""
+        chosen = super().variant(environ)
+        if chosen is self and self.options.gang:
+            from ..registry import backend_class
+
+            return backend_class("sge-gang")(self.options)
+        return chosen
 
     # ------------------------------------------------------------------ checks
     def submitter(self) -> Submitter:

@@ -47,6 +47,7 @@ from ...spec.plan import JobPlan
 from ...spec.typed import option
 from ...spec.units import format_duration
 from ..base import Handle, Rollback
+from ..hosts import placement
 from ..status import NativeState
 from . import drmaa as drmaa_glue
 from .common import (
@@ -54,11 +55,13 @@ from .common import (
     BatchBackend,
     BatchRequest,
     Directive,
+    Inside,
     NativeView,
     RoleGroup,
     Unrepresentable,
     attempt_variables,
     directive_lines,
+    inside_help,
     job_id_export,
     job_name,
     native_directives,
@@ -124,6 +127,8 @@ class SlurmOptions:
                                "node; het components with several tasks also get "
                                "--ntasks-per-node=1) or gpus (--gpus-per-task=N)")
     extra: Tuple[str, ...] = option((), "more sbatch options, passed last and unchanged")
+    inside: Inside = option(Inside.AUTO, inside_help(
+        "Slurm allocation (SLURM_JOB_ID: salloc, sbatch, srun --pty), one srun step a node,"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,6 +225,8 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
     #: SIGTERM: a preemption (or a scancel by hand); SIGUSR1: --signal=B:USR1@lead
     signal_ends: ClassVar[Dict[str, str]] = {"SIGTERM": EndReason.PREEMPTED.value,
                                              "SIGUSR1": EndReason.WALLTIME.value}
+    inside_backend = "slurm-steps"
+    allocation_variable = placement.SLURM_JOB_ID
 
     # ------------------------------------------------------------------ checks
     def submitter(self) -> Submitter:
@@ -364,7 +371,7 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
         for offset, group in enumerate(role_groups(plan.run)):
             options = [f"--het-group={offset}", f"--cpus-per-task={group.first.cpus}"]
             options += [t for d in self.gpu_directives(group.first.gpus) for t in d.argv()]
-            argv = runtime_argv(plan, group.role)[:-2] + ["--task-from", "SLURM_PROCID"]
+            argv = runtime_argv(plan, task_from="SLURM_PROCID")
             parts.append(shell_words(options + argv))
         return "srun --kill-on-bad-exit=0 " + " : ".join(parts)
 

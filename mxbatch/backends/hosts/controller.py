@@ -262,15 +262,19 @@ class ControllerHandle(Handle):
 
 @dataclasses.dataclass(frozen=True)
 class ControlledRequest(Request):
-    """``attached``: this process will be the controller (``supervise_here``)."""
+    """``attached``: this process will be the controller (``supervise_here``);
+    ``controller_backend``: the backend the detached controller loads, when it is not the
+    plan's (an in-allocation variant)."""
 
     attached: bool = False
+    controller_backend: str = ""
 
     def controller_item(self) -> RenderedItem:
         if self.attached:
             return RenderedItem("controller", "this mxbatch process supervises the job")
         return RenderedItem("controller (detached)",
-                            shell_words(detached_argv(self.plan.backend, self.plan.run.run_dir)))
+                            shell_words(detached_argv(self.controller_backend or
+                                                      self.plan.backend, self.plan.run.run_dir)))
 
 
 def detached_argv(backend: str, run_dir: str) -> List[str]:

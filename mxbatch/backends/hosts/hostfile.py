@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 from ...errors import SpecError
 from ...spec.plan import JobPlan
@@ -95,8 +95,7 @@ def place(hosts: Sequence[Host], tasks: int) -> List[int]:
     ValueError when the hosts' slots do not add up to ``tasks``."""
     capacity = sum(h.slots for h in hosts) if all(h.slots for h in hosts) else None
     if capacity is not None and capacity < tasks:
-        raise ValueError(f"the job has {tasks} tasks but the hosts offer {capacity} slots "
-                         "(raise slots=, add hosts, or remove slots= to allow any number)")
+        raise ValueError(f"the job has {tasks} tasks but the hosts offer {capacity} slots")
     used = [0] * len(hosts)
     placement = []
     turn = 0
@@ -113,29 +112,3 @@ def spec_dir(plan: JobPlan) -> Path:
     """Where relative paths of backend options start: the spec file's folder (the
     current directory for ``mxbatch launch``)."""
     return plan.spec.source.resolve().parent if plan.spec.source else Path.cwd()
-
-
-def job_hosts(plan: JobPlan, backend: str, entries: Tuple[str, ...],
-              path: Optional[str]) -> List[Host]:
-    """The hosts of a job from ``backends.<backend>.hosts`` or ``.hostfile`` (exactly one
-    of them), checked against the job's size; SpecError naming the key, file or line."""
-    key = ("backends", backend)
-    if entries and path:
-        raise plan.spec.error(key + ("hosts",), "give hosts or hostfile, not both")
-    if path:
-        hosts = load(spec_dir(plan) / Path(path).expanduser())
-    elif entries:
-        hosts = []
-        for i, entry in enumerate(entries):
-            try:
-                hosts.append(parse_entry(entry))
-            except ValueError as exc:
-                raise plan.spec.error(key + ("hosts", i), str(exc)) from None
-    else:
-        raise plan.spec.error(key, "no hosts: give a hostfile (mxbatch launch -H HOSTFILE, "
-                                   f"backends.{backend}.hostfile) or backends.{backend}.hosts")
-    try:
-        place(hosts, len(plan.run.tasks))
-    except ValueError as exc:
-        raise plan.spec.error(key + ("hostfile" if path else "hosts",), str(exc)) from None
-    return hosts

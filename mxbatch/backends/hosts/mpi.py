@@ -55,7 +55,7 @@ from ...runtime.states import AbortKind, AbortRecord
 from ...spec.plan import JobPlan
 from ...spec.typed import Seconds, from_data, option, to_data
 from ..base import RenderedItem
-from . import hostfile
+from . import placement
 from .controller import (
     BY,
     ControlledBackend,
@@ -113,9 +113,11 @@ class MpiSetup:
 class MpiRequest(ControlledRequest):
     setup: MpiSetup = dataclasses.field(
         default_factory=lambda: MpiSetup((), "", "", "", ()))
+    #: where the hosts came from (``Placement.source``)
+    hosts_from: str = ""
 
     def native_items(self) -> List[RenderedItem]:
-        return [self.controller_item(),
+        return [self.controller_item(), RenderedItem("hosts", f"from {self.hosts_from}"),
                 RenderedItem(f"hostfile {self.setup.hostfile}", self.setup.hostfile_text),
                 RenderedItem("mpirun", shell_words(self.setup.argv)),
                 RenderedItem(f"environment file {self.setup.environ_file} (mode 0600)",
@@ -133,13 +135,20 @@ class MpiBackend(ControlledBackend[MpiOptions, MpiRequest]):
     options_class = MpiOptions
 
     def check(self, plan: JobPlan) -> None:
-        hosts = hostfile.job_hosts(plan, self.name, self.options.hosts, self.options.hostfile)
-        for host in hosts:
+        found = placement.job_hosts(plan, self.name, self.options.hosts, self.options.hostfile)
+        for host in found.hosts:
             if host.port is not None:
                 raise plan.spec.error(("backends", self.name, "hostfile" if self.options.hostfile
                                        else "hosts"),
                                       f"host {host.label}: mpirun hostfiles have no ssh port "
                                       "(set it in the ssh configuration, or use the ssh backend)")
+
+    def doctor_checks(self) -> list:
+        """The tools (``check_environment``), and where the hosts come from."""
+        from ...doctor.checks import environment_check
+
+        return [environment_check(self),
+                placement.hosts_check(self.name, self.options.hosts, self.options.hostfile)]
 
     def check_environment(self) -> None:
         if shutil.which(self.options.mpirun) is None:
@@ -148,9 +157,9 @@ class MpiBackend(ControlledBackend[MpiOptions, MpiRequest]):
 
     def render(self, plan: JobPlan) -> MpiRequest:
         run = plan.run
-        hosts = hostfile.job_hosts(plan, self.name, self.options.hosts, self.options.hostfile)
-        placement = hostfile.place(hosts, len(run.tasks))
-        counts = [placement.count(i) for i in range(len(hosts))]
+        found = placement.job_hosts(plan, self.name, self.options.hosts, self.options.hostfile)
+        hosts, dealt = found.hosts, found.deal(len(run.tasks))
+        counts = [dealt.count(i) for i in range(len(hosts))]
         flavor = self.options.flavor
         lines = [(f"{h.name} slots={n}" if flavor is MpiFlavor.OPENMPI else f"{h.name}:{n}")
                  for h, n in zip(hosts, counts) if n]
@@ -167,10 +176,10 @@ class MpiBackend(ControlledBackend[MpiOptions, MpiRequest]):
                  "--launcher-signals"]
         setup = MpiSetup(argv=tuple(argv), hostfile=hosts_path,
                          hostfile_text="\n".join(lines) + "\n", environ_file=environ,
-                         task_hosts=tuple(hosts[i].label for i in placement),
+                         task_hosts=tuple(hosts[i].label for i in dealt),
                          start_timeout_s=float(self.options.start_timeout),
                          flavor=flavor.value)
-        return MpiRequest(plan=plan, setup=setup)
+        return MpiRequest(plan=plan, setup=setup, hosts_from=found.source)
 
     def prepare_run_dir(self, request: MpiRequest, layout: RunLayout) -> None:
         super().prepare_run_dir(request, layout)
@@ -258,7 +267,7 @@ class MpiController(Controller):
                  attempt: Optional[AttemptContext] = None) -> None:
         super().__init__(plan, attempt)
         self.setup = setup
-        self.log_path = os.path.join(self.layout.logs_dir, "mpirun.log")
+        self.log_path = self.layout.mpirun_log
         self.proc: Optional[subprocess.Popen] = None
         self._kill_at: Optional[float] = None
 

@@ -36,9 +36,10 @@ from ...spec.plan import JobPlan
 from ...spec.typed import Seconds, from_data, option, to_data
 from ..base import RenderedItem
 from ..records import JobRecord
-from . import hostfile
+from . import hostfile, placement
 from .controller import ControlledBackend, ControlledRequest, Controller, controller_file
 from .sshcontrol import HostPlan, SshController, SshSetup, place_hosts
+from .starters import remote_command
 
 #: the environment variable that names an ssh configuration file when the spec does not
 CONFIG_VARIABLE = "MXBATCH_SSH_CONFIG"
@@ -84,17 +85,20 @@ class SshOptions:
 
 @dataclasses.dataclass(frozen=True)
 class SshRequest(ControlledRequest):
-    """Each host's tasks, ssh command and rsync command."""
+    """Each host's tasks, the command that starts its agent (ssh, or the starter of an
+    allocation: ``starters``) and rsync command; where the hosts came from."""
 
     setup: SshSetup = dataclasses.field(default_factory=lambda: SshSetup(hosts=()))
+    #: where the hosts came from (``Placement.source``)
+    hosts_from: str = ""
 
     def native_items(self) -> List[RenderedItem]:
-        items = [self.controller_item()]
+        items = [self.controller_item(), RenderedItem("hosts", f"from {self.hosts_from}")]
         tasks = self.plan.run.tasks
         for host in self.setup.hosts:
             remote = host.remote.replace(quote(BOOTSTRAP), "BOOTSTRAP")
             text = (f"tasks: {', '.join(tasks[i].label for i in host.tasks)}\n"
-                    f"ssh: {shell_words(host.ssh)} REMOTE_COMMAND\n"
+                    f"{host.starter.value}: {shell_words(host.ssh)} REMOTE_COMMAND\n"
                     f"REMOTE_COMMAND: {remote}\n"
                     f"BOOTSTRAP: mxbatch/runtime/remote.py's ({len(BOOTSTRAP)} characters; "
                     "render --json shows it)\n"
@@ -113,6 +117,11 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
     abort_poll_s = 0.5  # a call relayed to a local file: cheap
 
     # ------------------------------------------------------------------ checks
+    def workdir_is_here(self) -> bool:
+        """Only with ``sync_dst_dir``: the roles then run in a copy of this workdir; else
+        in the hosts' own directory of that name."""
+        return bool(self.options.sync_dst_dir)
+
     def _config(self, plan: JobPlan) -> Optional[str]:
         """The ssh configuration file: the option (relative to the spec file), else
         ``$MXBATCH_SSH_CONFIG``, else none (ssh's own)."""
@@ -122,13 +131,20 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
         return str(Path(from_env).expanduser().absolute()) if from_env else None
 
     def check(self, plan: JobPlan) -> None:
-        hostfile.job_hosts(plan, self.name, self.options.hosts, self.options.hostfile)
+        placement.job_hosts(plan, self.name, self.options.hosts, self.options.hostfile)
         config = self._config(plan)
         if config and not Path(config).is_file():
             where = ("backends", self.name, "config")
             raise (plan.spec.error(where, f"no such ssh configuration file: {config}")
                    if self.options.config else
                    SpecError(f"${CONFIG_VARIABLE} names no file: {config}"))
+
+    def doctor_checks(self) -> list:
+        """The tools (``check_environment``), and where the hosts come from."""
+        from ...doctor.checks import environment_check
+
+        return [environment_check(self),
+                placement.hosts_check(self.name, self.options.hosts, self.options.hostfile)]
 
     def check_environment(self) -> None:
         for program in [self.options.ssh] + (["rsync"] if self.options.sync_dst_dir else []):
@@ -150,15 +166,14 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
         return argv
 
     def render(self, plan: JobPlan) -> SshRequest:
-        hosts = hostfile.job_hosts(plan, self.name, self.options.hosts, self.options.hostfile)
-        placement = hostfile.place(hosts, len(plan.run.tasks))
-        remote = (f"exec env {wire.JOB_ID}={quote(plan.job_id)} "
-                  f"{quote(self.options.python)} -c {quote(BOOTSTRAP)}")
+        found = placement.job_hosts(plan, self.name, self.options.hosts, self.options.hostfile)
+        hosts, dealt = found.hosts, found.deal(len(plan.run.tasks))
+        remote = remote_command(plan.job_id, self.options.python)
         sync = self.options.sync_dst_dir
         config = self._config(plan)
         plans, spare = [], []
         for index, host in enumerate(hosts):
-            tasks = tuple(t for t, h in enumerate(placement) if h == index)
+            tasks = tuple(t for t, h in enumerate(dealt) if h == index)
             base = self.ssh_base(host, config)
             rsync: Tuple[str, ...] = ()
             if sync:
@@ -171,7 +186,7 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
         setup = SshSetup(hosts=tuple(plans), python=self.options.python,
                          connect_timeout_s=float(self.options.connect_timeout),
                          sync_dst_dir=sync, spare=tuple(spare))
-        return SshRequest(plan=plan, setup=setup)
+        return SshRequest(plan=plan, setup=setup, hosts_from=found.source)
 
     # ------------------------------------------------------------------ controller
     def controller_config(self, request: SshRequest) -> Dict[str, Any]:

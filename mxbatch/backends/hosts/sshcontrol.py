@@ -42,6 +42,7 @@ from ...runtime.attempts import AttemptEnd
 from ...runtime.channel import Channel, ChannelClosed, Message, decode_bytes
 from ...runtime.channelrdv import serve_call
 from ...runtime.jobloop import AttemptContext
+from ...runtime.logfile import TaskLog
 from ...runtime.planfile import RunPlan
 from ...runtime.remote import VERSION_EXIT, zipapp_header
 from ...runtime.rendezvous import TaskKey
@@ -51,6 +52,7 @@ from ...runtime.wire import TYPE_KEY, MessageType
 from ...spec.typed import from_data
 from . import hostfile
 from .controller import Controller, die_with_parent, unavailable
+from .starters import StarterKind, describe_start_failure
 
 #: how long an agent may take after the ssh connection is up to say hello (starting
 #: Python on a loaded host), on top of the connect timeout
@@ -61,7 +63,9 @@ STDERR_TAIL = 16384
 
 @dataclasses.dataclass(frozen=True)
 class HostPlan:
-    """One host's part of the job: its tasks and the commands that reach it."""
+    """One host's part of the job: its tasks and the commands that reach it. ``ssh`` is
+    the starter's command (``starters``: ssh, an srun step, qrsh -inherit) before the
+    ``remote`` command, its last argument."""
 
     host: str
     tasks: Tuple[int, ...]
@@ -70,6 +74,7 @@ class HostPlan:
     rsync: Tuple[str, ...] = ()
     #: the hostfile's slots=N of the host (None: any number of tasks)
     slots: Optional[int] = None
+    starter: StarterKind = StarterKind.SSH
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,7 +221,7 @@ class SshController(Controller):
         self.environ = dict(os.environ if environ is None else environ)
         self.hosts = place_hosts(setup, self.attempt.excluded, len(plan.tasks))
         self.links: List[HostLink] = []
-        self._logs: Dict[TaskKey, int] = {}
+        self._logs: Dict[TaskKey, TaskLog] = {}
 
     @classmethod
     def from_config(cls, plan: RunPlan, config: Dict[str, Any],
@@ -238,7 +243,7 @@ class SshController(Controller):
         env = {**self.environ, wire.JOB_ID: self.plan.job_id}
         os.makedirs(self.layout.logs_dir, mode=0o700, exist_ok=True)
         for host in self.hosts:
-            link = HostLink(host, env, self.layout.logs_dir + f"/ssh-{_file_name(host.host)}.log")
+            link = HostLink(host, env, self.layout.ssh_log(host.host))
             self.links.append(link)
             try:
                 link.channel.send_raw(zipapp_header(len(pyz)) + pyz)
@@ -288,9 +293,10 @@ class SshController(Controller):
     def start(self) -> None:
         for link in self.links:
             if link.ended:  # between its hello and now
+                starter = link.plan.starter
                 self.lose_tasks([self.plan.tasks[i] for i in link.plan.tasks],
-                                f"host {link.host}: its ssh session ended before the job "
-                                f"started (ssh exited with {link.exit_code})",
+                                f"host {link.host}: its {starter.value} session ended before the "
+                                f"job started ({starter.value} exited with {link.exit_code})",
                                 EndReason.NODE_FAILURE, (link.host,))
                 continue
             link.running = True
@@ -335,8 +341,8 @@ class SshController(Controller):
     def close(self) -> None:
         for link in self.links:
             link.close()
-        for fd in self._logs.values():
-            os.close(fd)
+        for log in self._logs.values():
+            log.close()
         self._logs.clear()
 
     # ------------------------------------------------------------------ the relay
@@ -404,12 +410,11 @@ class SshController(Controller):
 
     def _append_log(self, role: Role, rank: int, data: bytes) -> None:
         key = (role, rank)
-        fd = self._logs.get(key)
-        if fd is None:
-            fd = os.open(self.layout.task_log(role.value, rank),
-                         os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            self._logs[key] = fd
-        os.write(fd, data)
+        log = self._logs.get(key)
+        if log is None:
+            log = self._logs[key] = TaskLog(self.layout.task_log(role.value, rank),
+                                            self.layout.task_log_times(role.value, rank))
+        log.write(data)
 
     def _ended(self, link: HostLink) -> None:
         """The ssh process of ``link`` has exited: take what it left, then judge."""
@@ -423,15 +428,17 @@ class SshController(Controller):
         link.exit_code = link.proc.returncode
         if not link.running:
             if link.problem is None and link.hello is None:
-                link.problem = describe_failure(link.exit_code, link.stderr_text(),
-                                                self.setup.python)
+                describe = (describe_failure if link.plan.starter is StarterKind.SSH
+                            else lambda *a: describe_start_failure(link.plan.starter, *a))
+                link.problem = describe(link.exit_code, link.stderr_text(), self.setup.python)
             return
         tasks = [self.plan.tasks[i] for i in link.plan.tasks]
         if link.bye is None:
             lines = [x for x in link.stderr_text().splitlines() if x.strip()]
-            detail = f"ssh exited with {link.exit_code}" + (f": {lines[-1].strip()}"
-                                                             if lines else "")
-            reason = (f"host {link.host}: the ssh connection to its agent was lost "
+            starter = link.plan.starter
+            detail = f"{starter.value} exited with {link.exit_code}" + (
+                f": {lines[-1].strip()}" if lines else "")
+            reason = (f"host {link.host}: the {starter.session} to its agent was lost "
                       f"({detail})")
             self.lose_tasks(tasks, reason, EndReason.NODE_FAILURE, (link.host,))
         else:
@@ -456,5 +463,3 @@ class SshController(Controller):
         return dataclasses.replace(end, hosts=hosts) if hosts != end.hosts else end
 
 
-def _file_name(host: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in host)

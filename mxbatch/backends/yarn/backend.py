@@ -111,6 +111,11 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
     handle_class = YarnHandle
     options: YarnOptions
 
+    def workdir_is_here(self) -> bool:
+        """With ``ship_workdir`` the containers get a copy of this workdir; else they
+        use the path on their nodes."""
+        return bool(self.options.ship_workdir)
+
     def __init__(self, options: Optional[YarnOptions] = None) -> None:
         super().__init__(options)
         self._jobs: Dict[str, YarnJob] = {}

@@ -22,6 +22,7 @@ from typing import Any, Dict, Optional
 from ...runtime.kvrendezvous import KeyValueStore, decode
 from ...runtime.planfile import RunPlan
 from ...runtime.states import AbortKind
+from .states import FinalStatus
 
 DIAGNOSTICS_PREFIX = "mxbatch abort: "
 
@@ -58,9 +59,10 @@ class SkeinKvStore(KeyValueStore):
         if not self.ends_application or exit_status == 0 or abort is None:
             return
         data = decode(abort) or {}
-        status = "KILLED" if data.get("kind") == AbortKind.CANCELLED.value else "FAILED"
+        status = (FinalStatus.KILLED if data.get("kind") == AbortKind.CANCELLED.value
+                  else FinalStatus.FAILED)
         try:
-            self.app.shutdown(status, diagnostics=diagnostics_for(data))
+            self.app.shutdown(status.value, diagnostics=diagnostics_for(data))
         except Exception:  # the application may be ending already
             pass
 

@@ -78,7 +78,7 @@ class RestApp:
         if not host or host == "N/A" or not port.isdigit() or int(port) <= 0:
             address = ""
         return cls(app_id=str(app["id"]), state=AppState(app["state"]),
-                   final_status=FinalStatus(app.get("finalStatus") or "UNDEFINED"),
+                   final_status=FinalStatus(app.get("finalStatus") or FinalStatus.UNDEFINED.value),
                    diagnostics=str(app.get("diagnostics") or ""),
                    tracking_url=str(app.get("trackingUrl") or ""),
                    user=str(app.get("user") or ""), am_rpc_address=address)
@@ -184,7 +184,8 @@ class RmRestClient:
     def kill(self, app_id: str) -> None:
         """Ask the ResourceManager to kill the application (it answers 202 while the kill
         is under way, 200 once done); ``AppNotFound`` if it has none."""
-        self._request("PUT", f"/ws/v1/cluster/apps/{app_id}/state", {"state": "KILLED"})
+        self._request("PUT", f"/ws/v1/cluster/apps/{app_id}/state",
+                      {"state": AppState.KILLED.value})
 
     # ------------------------------------------------------------------ HTTP
     def _request(self, method: str, path: str, body: Optional[Dict[str, Any]] = None
