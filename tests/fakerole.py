@@ -5,14 +5,20 @@ scheduler: listens on DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT until stopped (like ps-
            $FAKE_SCHEDULER_FAIL_ONCE=<file> the first run exits 1 instead (a port taken
            before it could bind); with $FAKE_SCHEDULER_BIND_AFTER=<file> it binds only
            once that file exists (a test takes the port in between), and exits 1 if the
-           bind fails, as ps-lite's scheduler does ("bind failed").
+           bind fails, as ps-lite's scheduler does ("bind failed"); it keeps every
+           connection it accepts.
 server:    sleeps until stopped.
+servers and workers connect to the scheduler (retrying, like ps-lite's zmq) and keep
+           the connection, unless $FAKE_NO_CONNECT is set.
 worker:    writes {argv, env, core_limit} as JSON to $FAKE_OUT/<rank>.json (if set), runs
            $FAKE_SLEEP seconds, or until the file $FAKE_BARRIER exists (so that many
            workers end at the same moment), printing a line every $FAKE_TICK seconds if
            set (output: the stall detector sees progress), then exits with $FAKE_EXIT
-           (default 0). The worker whose rank is $FAKE_RAISE_RANK raises an exception as
-           soon as the file $FAKE_RAISE_ON exists. With $FAKE_SPEED (samples/s by rank,
+           (default 0; only on the attempts $FAKE_EXIT_ATTEMPTS lists, "0,2", when it is
+           set). On the checkpoint signal (SIGUSR1) a worker writes
+           $FAKE_OUT/<rank>.checkpoint (the attempt that saved it) and exits 0. The
+           worker whose rank is $FAKE_RAISE_RANK raises an exception as soon as the file
+           $FAKE_RAISE_ON exists. With $FAKE_SPEED (samples/s by rank,
            comma-separated) each tick prints a Speedometer line instead of "tick" (an
            MXBATCH_METRIC line for the ranks listed in $FAKE_METRIC_RANKS).
 With $FAKE_JOIN set, servers and workers first connect to the scheduler's address, as
@@ -22,11 +28,32 @@ ps-lite's do (retrying for up to 30 s), and say so ("joined IP:PORT").
 import json
 import os
 import resource
+import signal
 import socket
 import sys
+import threading
 import time
 
 role = os.environ["DMLC_ROLE"]
+
+
+def _connect_to_scheduler():
+    """Like ps-lite's van: connect to the scheduler (retrying until it listens), keep it."""
+    address = (os.environ["DMLC_PS_ROOT_URI"], int(os.environ["DMLC_PS_ROOT_PORT"]))
+    while True:
+        try:
+            held = socket.create_connection(address, timeout=2)
+        except OSError:
+            time.sleep(0.1)
+            continue
+        _CONNECTIONS.append(held)
+        return
+
+
+_CONNECTIONS = []
+if role != "scheduler" and not os.environ.get("FAKE_NO_CONNECT"):
+    threading.Thread(target=_connect_to_scheduler, daemon=True).start()
+
 address = (os.environ.get("DMLC_PS_ROOT_URI", ""), int(os.environ.get("DMLC_PS_ROOT_PORT") or 0))
 if role != "scheduler" and os.environ.get("FAKE_JOIN"):
     deadline = time.time() + 30
@@ -57,12 +84,20 @@ if role == "scheduler":
     listener.listen(16)
     while True:
         connection, _ = listener.accept()
-        connection.close()
+        _CONNECTIONS.append(connection)
 elif role == "server":
     while True:
         time.sleep(1)
 else:
     out = os.environ.get("FAKE_OUT")
+
+    def _checkpoint(signum, frame):
+        if out:
+            with open(os.path.join(out, os.environ["MXBATCH_RANK"] + ".checkpoint"), "w") as h:
+                h.write(os.environ.get("MXBATCH_ATTEMPT", ""))
+        sys.exit(0)
+
+    signal.signal(signal.SIGUSR1, _checkpoint)
     if out:
         with open(os.path.join(out, os.environ["MXBATCH_RANK"] + ".json"), "w") as handle:
             json.dump({"argv": sys.argv[1:], "env": dict(os.environ),
@@ -92,4 +127,6 @@ else:
             print(speed_line() or "tick", flush=True)
             next_tick += tick
         time.sleep(min(0.05, max(0.0, end - time.time())) if not barrier else 0.05)
-    sys.exit(int(os.environ.get("FAKE_EXIT", 0)))
+    attempts = os.environ.get("FAKE_EXIT_ATTEMPTS")
+    failing = attempts is None or os.environ.get("MXBATCH_ATTEMPT", "0") in attempts.split(",")
+    sys.exit(int(os.environ.get("FAKE_EXIT", 0)) if failing else 0)

@@ -2,7 +2,9 @@
 
 Backends report, per task, only what they can see natively (``NativeState``:
 queued, active, gone); the supervisors' records say what happened inside.
-``merge`` combines both with one set of rules for every backend.
+``merge`` combines both with one set of rules for every backend, for the job's current
+attempt; ``with_attempts`` then adds what ``attempts.json`` says of every attempt
+(the job goes on between two attempts, and ends when the attempt loop says so).
 """
 
 from __future__ import annotations
@@ -10,13 +12,15 @@ from __future__ import annotations
 import dataclasses
 import enum
 import statistics
+import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from ..runtime.attempts import AttemptsRecord
 from ..runtime.metrics import SAMPLES_PER_SEC
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import TaskKey
 from ..runtime.roles import Role
-from ..runtime.states import AbortKind, AbortRecord, TaskRecord, TaskState
+from ..runtime.states import AbortKind, AbortRecord, EndReason, TaskRecord, TaskState
 from ..runtime.watch import workers_succeeded
 from ..spec.typed import to_data
 from .psrank import kv_ranks
@@ -71,7 +75,26 @@ class TaskStatus:
 
 
 @dataclasses.dataclass
+class AttemptStatus:
+    """One attempt of the job, as ``status`` shows it: ``reason`` is how it ended (None:
+    it runs), ``decision`` what the restart policy made of it."""
+
+    index: int
+    started_at: float
+    ended_at: Optional[float] = None
+    reason: Optional[str] = None
+    detail: str = ""
+    decision: str = ""
+    restart_reason: Optional[str] = None
+    excluded: List[str] = dataclasses.field(default_factory=list)
+    native: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
 class JobStatus:
+    """The job's state; its tasks are those of the current attempt (``attempt``, of at
+    most ``max_attempts``), ``attempts`` every attempt so far."""
+
     job_id: str
     backend: str
     state: JobState
@@ -79,6 +102,10 @@ class JobStatus:
     reason: str = ""
     log: Optional[str] = None
     terminal: bool = False
+    attempt: int = 0
+    max_attempts: int = 1
+    attempts: List[AttemptStatus] = dataclasses.field(default_factory=list)
+    excluded_hosts: List[str] = dataclasses.field(default_factory=list)
     #: the task whose failure ended the job (``worker[1]``), when one did
     cause_task: str = ""
     #: the workers' latest throughput together (running workers; all of them once none
@@ -198,3 +225,59 @@ def _task_status(role: Role, rank: int, record: Optional[TaskRecord], native: Na
                       exit_code=record.exit_code, signal=record.signal, note=note,
                       log=record.log, native=native_id, started_at=record.started_at,
                       ended_at=record.ended_at, metrics=dict(record.metrics))
+
+
+def with_attempts(status: JobStatus, plan: RunPlan, record: Optional[AttemptsRecord],
+                  driver_alive: bool, now: Optional[float] = None) -> JobStatus:
+    """``status`` (of the current attempt, from ``merge``) with the job's attempts.
+
+    While the attempt loop goes on (its driver lives and it has not said the job is
+    over) the job is not over, whatever the current attempt's state: between two
+    attempts it is RUNNING, saying which attempt ended how and when the next starts.
+    Once the loop is final, the job's state is its outcome, and the reason says why no
+    attempt followed. Without a record (a job the loop has not started yet, or a job
+    without a loop: a batch job with restarts off) the status is the attempt's alone."""
+    status.max_attempts = plan.restarts.attempts
+    if record is None:
+        return status
+    now = time.time() if now is None else now
+    status.attempt = record.current.index
+    status.excluded_hosts = list(record.excluded_hosts)
+    status.attempts = [AttemptStatus(index=a.index, started_at=a.started_at,
+                                     ended_at=a.ended_at,
+                                     reason=a.reason.value if a.reason else None,
+                                     detail=a.detail, decision=a.decision,
+                                     restart_reason=(a.restart_reason.value
+                                                     if a.restart_reason else None),
+                                     excluded=list(a.excluded), native=dict(a.native))
+                       for a in record.attempts]
+    current = record.current
+    if record.final:
+        outcome = record.outcome
+        active = any(t.state.active for t in status.tasks)
+        if outcome is EndReason.SUCCEEDED:
+            status.state = JobState.SUCCEEDED
+        elif outcome is EndReason.CANCELLED:
+            status.state = JobState.CANCELLED
+            status.reason = status.reason or record.note
+        else:
+            status.state = JobState.FAILED
+            cause = current.detail or (outcome.value if outcome else "")
+            if len(record.attempts) > 1 or plan.restarts.enabled:
+                cause = "%s (%s)" % (cause, record.note) if record.note else cause
+            status.reason = cause
+        status.terminal = not active
+        return status
+    if not driver_alive:
+        return status  # the loop is gone: what the attempt's records say, as without one
+    status.terminal = False
+    if record.waiting:
+        status.state = JobState.RUNNING
+        wait = max(0.0, (record.next_at or now) - now)
+        status.reason = ("attempt %d ended: %s%s; attempt %d starts %s"
+                         % (current.index, current.reason.value if current.reason else "?",
+                            " (%s)" % current.detail if current.detail else "",
+                            current.index + 1,
+                            "in %ds" % round(wait) if wait >= 1 else "now"))
+    # else the attempt runs, or has just ended and the loop has yet to record it
+    return status

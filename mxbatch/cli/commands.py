@@ -122,14 +122,16 @@ def main() -> None:
               help="Follow the job, stream its logs and exit with its outcome.")
 @click.option("--quiet", "-q", is_flag=True,
               help="With --wait: do not stream logs nor show the status line.")
+@click.option("--max-restarts", type=int, default=None, metavar="N",
+              help="Relaunch the job up to N times (overrides restarts.max).")
 @_NAME
 @_ENV
 @_JSON
 @_EXTRA_ARGS
 def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
            servers: Optional[int], profile: Optional[str], wait: bool, quiet: bool,
-           name: Optional[str], env: Tuple[str, ...], as_json: bool,
-           extra_args: Tuple[str, ...]) -> None:
+           max_restarts: Optional[int], name: Optional[str], env: Tuple[str, ...],
+           as_json: bool, extra_args: Tuple[str, ...]) -> None:
     """Submit the job described by SPEC_FILE; print its id.
 
     Arguments after -- are appended to every role's command:
@@ -137,7 +139,7 @@ def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
     """
     spec = _spec_with_flags(spec_file, profile, name, env, extra_args)
     _submit_and_maybe_follow(spec, siteconfig.backend_name(spec, backend), workers, servers,
-                             wait, quiet, as_json)
+                             wait, quiet, as_json, max_restarts=max_restarts)
 
 
 def _spec_with_flags(spec_file: Path, profile: Optional[str], name: Optional[str],
@@ -173,9 +175,10 @@ def launch(**flags) -> None:
 def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Optional[int],
                              servers: Optional[int], wait: bool, quiet: bool,
                              as_json: bool = False,
-                             count_flags: Optional[Dict[Role, str]] = None) -> None:
+                             count_flags: Optional[Dict[Role, str]] = None,
+                             max_restarts: Optional[int] = None) -> None:
     backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers,
-                                    count_flags=count_flags)
+                                    count_flags=count_flags, max_restarts=max_restarts)
     if backend.workdir_is_here():
         for missing in missing_scripts(spec):
             _err(f"mxbatch: warning: {missing.message()}")
@@ -237,7 +240,8 @@ def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *
     try:
         status, interrupted = supervise(backend, record, stream_logs=stream_logs,
                                         echo=progress.wrap(click.echo),
-                                        on_status=progress.on_status, held=held)
+                                        on_status=progress.on_status, held=held,
+                                        note=progress.wrap(_err))
     except KeyboardInterrupt:  # a second Ctrl-C before the supervisor took the signals
         progress.clear()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -268,7 +272,7 @@ def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
             held.release()  # a Ctrl-C held back meanwhile: KeyboardInterrupt now
         status = follow(backend, record, stream_logs=stream_logs,
                         echo=progress.wrap(click.echo), timeout=timeout,
-                        on_status=progress.on_status)
+                        on_status=progress.on_status, note=progress.wrap(_err))
     except KeyboardInterrupt:
         progress.clear()
         if not cancel_on_interrupt:
@@ -421,7 +425,31 @@ def status(job_id: str, as_json: bool) -> None:
         click.echo(f"log: {result.log}")
     if result.samples_per_sec is not None:
         click.echo(f"throughput: {throughput_text(result)}")
+    _show_attempts(result)
     click.echo(task_table(result), nl=False)
+
+
+def _show_attempts(result: JobStatus) -> None:
+    """The attempts of a job with restarts: which one the tasks below belong to, and how
+    every attempt ended (the table's ATTEMPT is ``MXBATCH_ATTEMPT``, from 0)."""
+    if result.max_attempts <= 1 and len(result.attempts) <= 1:
+        return
+    click.echo(f"attempt {result.attempt} (MXBATCH_ATTEMPT; at most {result.max_attempts} "
+               "attempts, the tasks below are this one's)")
+    if result.excluded_hosts:
+        click.echo("excluded hosts (node failures): " + ", ".join(result.excluded_hosts))
+    rows = [("ATTEMPT", "STARTED", "ENDED", "REASON", "DETAIL")]
+    for attempt in result.attempts:
+        ended = time.strftime("%H:%M:%S", time.localtime(attempt.ended_at)) \
+            if attempt.ended_at else ""
+        detail = "; ".join(x for x in (attempt.detail, attempt.decision) if x)
+        rows.append((str(attempt.index),
+                     time.strftime("%H:%M:%S", time.localtime(attempt.started_at)), ended,
+                     attempt.reason or "running", detail))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        click.echo("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4]))
+                   + "  " + row[4])
 
 
 @main.command()

@@ -92,6 +92,7 @@ class LaunchArgs:
     container: Optional[str] = None
     mounts: Tuple[str, ...] = ()
     max_tasks: Optional[int] = None
+    max_restarts: Optional[int] = None
     profile: Optional[str] = None
     detach: bool = False
     quiet: bool = False
@@ -143,6 +144,10 @@ _OPTIONS: List[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--max-tasks", type=int, default=None, metavar="N",
                  help="Allow up to N tasks (the spec's max_tasks; default: the backend's "
                       "ceiling, local 1000, others 10000)."),
+    click.option("--max-restarts", type=int, default=None, metavar="N",
+                 help="Relaunch the whole job up to N times when an attempt ends on a "
+                      "failure, preemption, walltime or node failure (restarts.max; "
+                      "default 0: never). Roles see MXBATCH_ATTEMPT."),
     click.option("--render", type=click.Choice(RENDER_FORMATS), default=None,
                  help="Print the job instead of running it: text or json (as render), "
                       "shell (a bash script), yaml (a job spec that submit runs as the "
@@ -266,6 +271,11 @@ def job_data(args: LaunchArgs, environ: Dict[str, str], cwd: Path) -> Dict[str, 
         data["container"] = container_data(args.container, args.mounts)
     if args.max_tasks is not None:
         data["max_tasks"] = args.max_tasks
+    if args.max_restarts is not None:
+        if args.max_restarts < 0:
+            raise SpecError(f"must be at least 0, got {args.max_restarts}",
+                            key="--max-restarts")
+        data["restarts"] = {"max": args.max_restarts}  # over the profile's restarts
     backend = backend_of(args)
     hosts: Dict[str, Any] = {}
     if args.hostfile:

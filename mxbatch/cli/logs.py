@@ -13,7 +13,7 @@ from typing import List, Optional
 import click
 
 from ..backends import records
-from ..backends.base import load_run_plan
+from ..backends.base import current_attempt, load_run_plan
 from ..errors import JobNotFound, MxbatchError
 from ..jobs import submit as jobs
 from ..jobs.follow import LogTail
@@ -54,12 +54,20 @@ def chosen_tasks(record: records.JobRecord, role: Optional[str],
               help="Start at the last N lines of each task's log.")
 @click.option("--timestamps", "-t", is_flag=True,
               help="Put before each line when it arrived (UTC, as in --json documents).")
+@click.option("--attempt", type=int, default=None,
+              help="The logs of this attempt (MXBATCH_ATTEMPT; default: the current one).")
 def logs_command(job_id: str, role: Optional[str], rank: Optional[int], follow: bool,
-                 tail_lines: Optional[int], timestamps: bool) -> None:
+                 tail_lines: Optional[int], timestamps: bool, attempt: Optional[int]) -> None:
     """Print the logs of JOB_ID (every task, prefixed role[rank]; one task as it is)."""
     record = records.load(job_id)
     backend = jobs.backend_for_record(record)
     tasks = chosen_tasks(record, role, rank)
+    latest = current_attempt(record)
+    if attempt is None:
+        attempt = latest
+    elif not 0 <= attempt <= latest:
+        raise JobNotFound(f"job {job_id} has no attempt {attempt} (attempts 0-{latest})")
+    layout = record.layout.attempt(attempt)
     width = max(len(t.label) for t in tasks)
     if not (follow or timestamps or tail_lines is not None):
         # what the backend says a task's log is (Backend.logs: plugins may add to it)
@@ -70,17 +78,18 @@ def logs_command(job_id: str, role: Optional[str], rank: Optional[int], follow: 
         return
     tails = []
     for task in tasks:
-        reader = backend.log_reader(record, task.role, task.rank)
+        # (attempt 0 as before: a plugin's log_reader may not know attempts)
+        reader = backend.log_reader(record, task.role, task.rank,
+                                    *([attempt] if attempt else []))
         if timestamps and reader is not None:
             raise MxbatchError(f"--timestamps: the logs of backend {record.backend} are read "
                                "from its own service, which keeps no arrival times",
                                exit_code=2)
         prefix = f"{task.label:<{width}} | " if len(tasks) > 1 else ""
-        tail = LogTail(Path(record.layout.task_log(task.role.value, task.rank)), prefix,
-                       reader)
+        tail = LogTail(Path(layout.task_log(task.role.value, task.rank)), prefix, reader)
         if tail_lines is not None:
             tail.skip_to_last(tail_lines)
-        times = record.layout.task_log_times(task.role.value, task.rank)
+        times = layout.task_log_times(task.role.value, task.rank)
         tails.append((tail, times))
     while True:
         done = not follow or backend.status(record).terminal

@@ -142,7 +142,7 @@ def spec_reference() -> str:
     for row in rows:
         head = row[0].split(".")[0]
         section = head if head in ("resources", "roles", "network", "rendezvous", "container",
-                                   "backends") else "top level"
+                                   "restarts", "backends") else "top level"
         sections.setdefault(section, []).append(row)
     parts = ["# Job spec reference\n",
              "Generated from the code (`mxbatch/schema.py` and each backend's options "

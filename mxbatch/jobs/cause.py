@@ -74,22 +74,23 @@ def failure_cause(backend: Backend, record: JobRecord, status: JobStatus) -> Opt
     if task is None:
         return None
     try:
-        lines = _tail(backend, record, task.role, task.rank)
+        lines = _tail(backend, record, task.role, task.rank, status.attempt)
     except (OSError, MxbatchError, ValueError):
         return None
     quoted = excerpt(lines)
     if not quoted:
         return None
-    return Cause(task=task.label, log=task.log or record.layout.task_log(task.role.value,
-                                                                         task.rank),
+    layout = record.layout.attempt(status.attempt)
+    return Cause(task=task.label, log=task.log or layout.task_log(task.role.value, task.rank),
                  lines=tuple(quoted))
 
 
-def _tail(backend: Backend, record: JobRecord, role, rank: int) -> List[str]:
-    """The last lines of one task's log: the end of the local file, or what the backend's
-    own reader gives (YARN: the NodeManager)."""
+def _tail(backend: Backend, record: JobRecord, role, rank: int,
+          attempt: int = 0) -> List[str]:
+    """The last lines of one task's log (of ``attempt``): the end of the local file, or
+    what the backend's own reader gives (YARN: the NodeManager)."""
     if backend.log_reader(record, role, rank) is None:
-        path = record.layout.task_log(role.value, rank)
+        path = record.layout.attempt(attempt).task_log(role.value, rank)
         try:
             with open(path, "rb") as handle:
                 size = os.fstat(handle.fileno()).st_size

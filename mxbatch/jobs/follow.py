@@ -3,7 +3,9 @@ deadline checks the tasks themselves cannot make, and cleanup at the end.
 
 ``follow`` returns the final ``JobStatus``. It never waits without bound: the
 job's own deadlines end it, a job whose tasks vanish is marked failed, and
-``timeout`` (if given) raises ``WaitTimeout``.
+``timeout`` (if given) raises ``WaitTimeout``. A job with restarts is followed across
+its attempts: when one ends and the next starts, the logs streamed are the new one's
+(``AttemptLogs``), and ``note`` says how the last one ended.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Tuple
 
-from ..backends.base import Backend, LogReader, load_run_plan
+from ..backends.base import Backend, LogReader, attempts_of, current_attempt, load_run_plan
 from ..backends.records import JobRecord
 from ..backends.status import JobState, JobStatus
 from ..errors import WaitTimeout
@@ -95,15 +97,18 @@ class LogStream:
     MIN_INTERVAL_S = 0.1
 
     def __init__(self, backend: Backend, record: JobRecord, plan: RunPlan,
-                 echo: Callable[[str], None], enabled: bool = True) -> None:
+                 echo: Callable[[str], None], enabled: bool = True, attempt: int = 0) -> None:
         self.echo = echo
         self._next = 0.0
         self.tails: List[LogTail] = []
         if enabled:
             width = max(len(t.label) for t in plan.tasks)
-            self.tails = [LogTail(Path(record.layout.task_log(t.role.value, t.rank)),
+            layout = record.layout.attempt(attempt)
+            self.tails = [LogTail(Path(layout.task_log(t.role.value, t.rank)),
                                   f"{t.label:<{width}} | ",
-                                  backend.log_reader(record, t.role, t.rank))
+                                  # (attempt 0 as before: a plugin's may not know it)
+                                  backend.log_reader(record, t.role, t.rank,
+                                                     *([attempt] if attempt else [])))
                           for t in plan.tasks]
 
     def pump(self, final: bool = False) -> None:
@@ -125,24 +130,56 @@ class LogStream:
             self.echo(line)
 
 
+class AttemptLogs:
+    """The logs of the job's current attempt: a ``LogStream`` that moves on to the next
+    attempt when the job relaunches (the last lines of the one before first), saying
+    through ``note`` how the one before ended."""
+
+    def __init__(self, backend: Backend, record: JobRecord, plan: RunPlan,
+                 echo: Callable[[str], None], enabled: bool,
+                 note: Optional[Callable[[str], None]] = None) -> None:
+        self.backend, self.record, self.plan = backend, record, plan
+        self.echo, self.enabled, self.note = echo, enabled, note
+        self.attempt = current_attempt(record)
+        self.stream = LogStream(backend, record, plan, echo, enabled, self.attempt)
+
+    def pump(self, final: bool = False) -> None:
+        self.stream.pump(final)
+
+    def follow_attempt(self, attempt: int) -> None:
+        """The job's current attempt is ``attempt``: stream its logs from now on."""
+        if attempt == self.attempt:
+            return
+        self.stream.pump(final=True)
+        attempts = attempts_of(self.record)
+        if self.note is not None and attempts is not None:
+            for ended in attempts.attempts[self.attempt:attempt]:
+                self.note(f"mxbatch: {ended.summary()}: {ended.decision}")
+        self.attempt = attempt
+        self.stream = LogStream(self.backend, self.record, self.plan, self.echo,
+                                self.enabled, attempt)
+
+
 def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
            echo: Callable[[str], None], timeout: Optional[float] = None,
-           on_status: Optional[Callable[[JobStatus], None]] = None) -> JobStatus:
+           on_status: Optional[Callable[[JobStatus], None]] = None,
+           note: Optional[Callable[[str], None]] = None) -> JobStatus:
     """Block until the job ends; stream logs if asked; clean up; return the final status.
-    ``on_status`` (a progress display) sees every status polled, the final one included."""
+    ``on_status`` (a progress display) sees every status polled, the final one included;
+    ``note`` gets a line when an attempt ends and the next one starts."""
     plan = load_run_plan(record)
-    rdv = backend.rendezvous(record)
-    stream = LogStream(backend, record, plan, echo, enabled=stream_logs)
+    stream = AttemptLogs(backend, record, plan, echo, stream_logs, note)
     give_up = None if timeout is None else time.time() + timeout
     while True:
         check_interrupted()  # a Ctrl-C Python dropped (interrupts.SigintLatch)
         stream.pump()
         status = backend.status(record)
+        stream.follow_attempt(status.attempt)
         if on_status is not None:
             on_status(status)
         if status.terminal:
             break
-        _enforce_deadlines(plan, rdv, status)
+        _enforce_deadlines(plan, backend.rendezvous(record), status)
         if give_up is not None and time.time() > give_up:
             raise WaitTimeout(f"job {record.job_id} still {status.state.value} after "
                               f"{timeout:g}s (it keeps running; `mxbatch cancel "
@@ -159,13 +196,15 @@ def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
 def supervise(backend: Backend, record: JobRecord, *, stream_logs: bool,
               echo: Callable[[str], None],
               on_status: Optional[Callable[[JobStatus], None]] = None,
-              held: Optional[HeldSignals] = None) -> Tuple[JobStatus, Optional[str]]:
+              held: Optional[HeldSignals] = None,
+              note: Optional[Callable[[str], None]] = None
+              ) -> Tuple[JobStatus, Optional[str]]:
     """Supervise an attached job in this process (``Backend.supervise_here``) while
     streaming its logs; the final status, and the signal that cancelled it, if any.
     ``on_status`` (a progress display) sees the status every ``STATUS_INTERVAL_S``;
     ``held``: a signal held back until the supervisor handles signals is replayed to it
     at its first tick."""
-    stream = LogStream(backend, record, load_run_plan(record), echo, enabled=stream_logs)
+    stream = AttemptLogs(backend, record, load_run_plan(record), echo, stream_logs, note)
     next_status = [0.0]
 
     def tick() -> None:
@@ -173,12 +212,15 @@ def supervise(backend: Backend, record: JobRecord, *, stream_logs: bool,
             held.replay()  # the supervisor's handlers are in place: it cancels the job
         stream.pump()
         now = time.monotonic()
-        if on_status is not None and now >= next_status[0]:
+        if now >= next_status[0]:
             next_status[0] = now + STATUS_INTERVAL_S
-            on_status(backend.status(record))
+            stream.follow_attempt(current_attempt(record))
+            if on_status is not None:
+                on_status(backend.status(record))
 
     interrupted = backend.supervise_here(record, on_tick=tick)
     backend.cancel(record)  # idempotent: SIGKILLs anything of the job that is left
+    stream.follow_attempt(current_attempt(record))
     stream.pump(final=True)
     status = backend.status(record)
     if on_status is not None:
@@ -187,8 +229,10 @@ def supervise(backend: Backend, record: JobRecord, *, stream_logs: bool,
 
 
 def _enforce_deadlines(plan, rdv: Rendezvous, status: JobStatus) -> None:
-    """Startup deadline and vanished tasks, for when no supervisor is there to see them."""
-    if rdv.read_abort() is not None:
+    """Startup deadline and vanished tasks, for when no supervisor is there to see them.
+    A job with restarts has a driver of its attempts that does it (and names the end
+    reason, which this could not)."""
+    if plan.restarts.enabled or rdv.read_abort() is not None:
         return
     missing = missing_at_deadline(plan, rdv.read_tasks(plan.task_keys()),
                                   time.time() - DEADLINE_MARGIN_S)

@@ -15,6 +15,12 @@ that address would join another job. So readiness is asked of the kernel instead
 ``port_state`` answers ``Holder.ROLE`` (ready), ``Holder.OTHER`` (the port was taken:
 ``holders`` names the processes, where ``/proc`` lets this user see them) or
 ``Holder.NOBODY`` (not bound yet). Standard library only, like the whole runtime.
+
+The other direction, ``connected_to``: whether a server or worker has *reached* the
+scheduler, an established connection from one of its processes to the scheduler's
+address (ps-lite's van opens it when the role creates its kvstore, and keeps it). A
+role that fails before it ever had one failed at start-up (a typo in the script, a
+missing module): relaunching the job cannot help, and the restart policy says so.
 """
 
 import enum
@@ -23,8 +29,9 @@ import os
 import sys
 from typing import Callable, Iterable, List, NamedTuple, Optional, Set, Tuple
 
-#: ``st`` of a listening socket in ``/proc/net/tcp``
+#: ``st`` of a listening socket in ``/proc/net/tcp``, of an established connection
 _LISTEN = "0A"
+_ESTABLISHED = "01"
 
 
 class Holder(enum.Enum):
@@ -70,12 +77,7 @@ def parse_listeners(text: str) -> List[Listener]:
 def listeners(netns_pid: int, port: int) -> List[Listener]:
     """The listening sockets on ``port`` in the network namespace of ``netns_pid``."""
     found: List[Listener] = []
-    for table in ("tcp", "tcp6"):
-        try:
-            with open("/proc/%d/net/%s" % (netns_pid, table)) as handle:
-                text = handle.read()
-        except OSError:
-            continue  # gone meanwhile, or no IPv6
+    for text in _tables(netns_pid):
         found.extend(sock for sock in parse_listeners(text) if sock.port == port)
     return found
 
@@ -105,6 +107,47 @@ def socket_inodes(pids: Iterable[int]) -> Set[int]:
             if target.startswith("socket:["):
                 inodes.add(int(target[8:-1]))
     return inodes
+
+
+def _tables(netns_pid: int) -> List[str]:
+    """The ``tcp`` and ``tcp6`` tables of the network namespace of ``netns_pid``."""
+    found = []
+    for table in ("tcp", "tcp6"):
+        try:
+            with open("/proc/%d/net/%s" % (netns_pid, table)) as handle:
+                found.append(handle.read())
+        except OSError:
+            continue  # gone meanwhile, or no IPv6
+    return found
+
+
+def connections_to(netns_pid: int, ip: str, port: int) -> Set[int]:
+    """The inodes of the established connections to ``ip:port`` in the network
+    namespace of ``netns_pid``."""
+    found: Set[int] = set()
+    for text in _tables(netns_pid):
+        for line in text.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != _ESTABLISHED:
+                continue
+            hex_ip, _, hex_port = fields[2].partition(":")
+            try:
+                if int(hex_port, 16) == port and _address(hex_ip) == ip:
+                    found.add(int(fields[9]))
+            except ValueError:
+                continue
+    return found
+
+
+def connected_to(pids: Iterable[int], ip: str, port: int) -> bool:
+    """True if one of ``pids`` (a role's processes, the first for its network namespace)
+    holds an established TCP connection to ``ip:port``. A few small reads: callers ask
+    once a second per role, and only until the answer is yes."""
+    pids = list(pids)
+    if not pids:
+        return False
+    inodes = connections_to(pids[0], ip, port)
+    return bool(inodes) and bool(socket_inodes(pids) & inodes)
 
 
 class PortState(NamedTuple):

@@ -25,6 +25,7 @@ class GroupStat(NamedTuple):
     processes: int
     cpu_ticks: int
     leader_stopped: bool
+    pids: Tuple[int, ...] = ()
 
 
 def _parse_stat(text: str) -> Tuple[str, int, int, int]:
@@ -43,6 +44,7 @@ def snapshot(pgids: Iterable[int], roots: Iterable[int] = ()) -> Dict[int, Group
     counts: Dict[int, int] = {}
     ticks: Dict[int, int] = {}
     stopped: Dict[int, bool] = {}
+    members: Dict[int, List[int]] = {}
     # every live process, for the trees: pid -> (ppid, cpu, stopped)
     procs: Dict[int, Tuple[int, int, bool]] = {}
     try:
@@ -65,9 +67,11 @@ def snapshot(pgids: Iterable[int], roots: Iterable[int] = ()) -> Dict[int, Group
             continue
         counts[pgrp] = counts.get(pgrp, 0) + 1
         ticks[pgrp] = ticks.get(pgrp, 0) + cpu
+        members.setdefault(pgrp, []).append(int(entry))
         if int(entry) == pgrp:
             stopped[pgrp] = state in ("T", "t")
-    result = {pgid: GroupStat(counts[pgid], ticks[pgid], stopped.get(pgid, False))
+    result = {pgid: GroupStat(counts[pgid], ticks[pgid], stopped.get(pgid, False),
+                              tuple(members[pgid]))
               for pgid in counts}
     if tree_roots:
         children: Dict[int, List[int]] = {}
@@ -122,10 +126,12 @@ def _tree_stat(root: int, procs: Dict[int, Tuple[int, int, bool]],
         return None
     count = cpu = 0
     pending = [root]
+    seen: List[int] = []
     while pending:
         pid = pending.pop()
         count += 1
         cpu += procs[pid][1]
+        seen.append(pid)
         pending.extend(children.get(pid, ()))
     leaders = [root] + children.get(root, [])
-    return GroupStat(count, cpu, any(procs[pid][2] for pid in leaders))
+    return GroupStat(count, cpu, any(procs[pid][2] for pid in leaders), tuple(seen))

@@ -2,8 +2,11 @@
 
 ``Phase``: QUEUED (waiting for a slot) -> WAITING (a server or worker waiting for the
 scheduler's address) -> RUNNING -> STOPPING (SIGTERM sent, SIGKILL at the grace
-deadline) -> DONE. ``step`` never blocks for long: the agent calls it for every task
-every few tens of milliseconds.
+deadline) -> DONE. When an attempt ends on preemption or walltime, teardown has one
+more, earlier step: a worker gets the checkpoint signal and may end by itself until
+the checkpoint deadline (CHECKPOINTING), while the other roles keep running for it
+(HOLDING); then STOPPING as always. ``step`` never blocks for long: the agent calls
+it for every task every few tens of milliseconds.
 
 Contract of a role process:
 - it runs in its own process group (new session), dies with its agent
@@ -22,7 +25,13 @@ Contract of a role process:
   ``attempt + 1``, at most ``SCHEDULER_ATTEMPTS`` times (a role killed by a signal is a
   failure, never retried);
 - an exit other than 0, a passed walltime, or a failed start is the task's failure:
-  ``TaskFailed`` carries the abort record for the agent to publish;
+  ``TaskFailed`` carries the abort record for the agent to publish (``startup``: the
+  role never reached the scheduler, as ``listeners.connected_to`` saw: its ps-lite
+  connection); with
+  restarts on, a task that reaches its walltime less ``restarts.checkpoint_lead`` ends
+  the attempt (``AttemptEnds``, reason walltime) so that every worker checkpoints;
+- the role's environment carries the job's attempt (``MXBATCH_ATTEMPT``,
+  ``MXBATCH_RESTART_REASON``);
 - to stop, the group gets SIGTERM (and SIGCONT, which a stopped process needs to see
   it), then SIGKILL after the grace period.
 
@@ -46,13 +55,21 @@ from typing import Dict, Iterator, List, Optional, Tuple
 from . import listeners, net, notes, osbytes, procstat, pyhook, wire
 from .container import Moment, RoleContainer
 from .environ import role_environment
+from .layout import RunLayout
 from .logfile import TaskLog
 from .metrics import MetricReader
 from .planfile import RunPlan, TaskInfo
 from .procstat import GroupStat
 from .rendezvous import Backoff, Rendezvous
 from .roles import Role
-from .states import AbortKind, AbortRecord, SchedulerRecord, TaskRecord, TaskState
+from .states import (
+    AbortKind,
+    AbortRecord,
+    EndReason,
+    SchedulerRecord,
+    TaskRecord,
+    TaskState,
+)
 
 SCHEDULER_ATTEMPTS = 3
 #: how often a waiting member looks for the scheduler's record at most
@@ -67,12 +84,23 @@ class Phase(enum.Enum):
     QUEUED = "queued"
     WAITING = "waiting"
     RUNNING = "running"
+    CHECKPOINTING = "checkpointing"  # a worker sent the checkpoint signal, ending itself
+    HOLDING = "holding"              # another role, kept up while the workers checkpoint
     STOPPING = "stopping"
     DONE = "done"
 
 
 class TaskFailed(Exception):
     """The task failed; ``abort`` is the record the job's abort should be."""
+
+    def __init__(self, abort: AbortRecord) -> None:
+        super().__init__(abort.reason)
+        self.abort = abort
+
+
+class AttemptEnds(Exception):
+    """The task has not failed, but the attempt must end (``abort``): its walltime less
+    the checkpoint lead has come."""
 
     def __init__(self, abort: AbortRecord) -> None:
         super().__init__(abort.reason)
@@ -122,13 +150,19 @@ class TaskRunner:
     deadlines), ``mono`` a monotonic clock (grace periods, backoff)."""
 
     def __init__(self, plan: RunPlan, task: TaskInfo, rdv: Rendezvous,
-                 environ: Dict[str, str], agent_pid: int, queued: bool = False) -> None:
-        """``queued``: it will wait for a slot (its record says so until it starts)."""
+                 environ: Dict[str, str], agent_pid: int, queued: bool = False,
+                 layout: Optional[RunLayout] = None,
+                 attempt_env: Optional[Dict[str, str]] = None) -> None:
+        """``queued``: it will wait for a slot (its record says so until it starts);
+        ``layout``: the attempt's (default: attempt 0's); ``attempt_env``: the attempt's
+        variables for the role (``MXBATCH_ATTEMPT``...)."""
         self.plan = plan
         self.task = task
         self.rdv = rdv
         self.environ = environ
-        self.log_path = plan.layout.task_log(task.role.value, task.rank)
+        self.layout = layout if layout is not None else plan.layout
+        self.task_env = dict(task.env, **(attempt_env or {}))
+        self.log_path = self.layout.task_log(task.role.value, task.rank)
         self.record = TaskRecord(role=task.role, rank=task.rank,
                                  state=TaskState.PENDING if queued else TaskState.STARTING,
                                  host=socket.gethostname(), supervisor_pid=agent_pid,
@@ -139,7 +173,7 @@ class TaskRunner:
         self.proc: Optional[subprocess.Popen] = None
         self.output_fd: Optional[int] = None
         self._log = TaskLog(self.log_path,
-                            plan.layout.task_log_times(task.role.value, task.rank))
+                            self.layout.task_log_times(task.role.value, task.rank))
         # scheduler
         self._ports: Optional[Iterator[int]] = None
         self._published: Optional[SchedulerRecord] = None
@@ -153,6 +187,7 @@ class TaskRunner:
         # stopping
         self._final: Optional[TaskState] = None
         self._kill_at: Optional[float] = None
+        self._hold_until: Optional[float] = None  # checkpointing, holding
         # progress, for stall detection
         self._cpu_ticks: Optional[int] = None
         self._progress_at: Optional[float] = None
@@ -162,6 +197,7 @@ class TaskRunner:
                                         task.role.value, task.rank)
                           if plan.container is not None else None)
         self._escalated = False  # SIGKILL after the grace period was sent
+        self._walltime_said = False
         self._metrics = MetricReader()
 
     @property
@@ -222,11 +258,13 @@ class TaskRunner:
         """Record this task's failure, stop its role, and return what to raise."""
         if exit_code is not None:
             self.record.exit_code, self.record.signal = exit_code, signal_
+        startup = self.record.reached_at is None
         self.stop(TaskState.FAILED, reason, wall, mono)
         return TaskFailed(AbortRecord(kind=AbortKind.FAILED, reason=reason,
                                       role=self.task.role, rank=self.task.rank,
                                       log=self.log_path, by=self.label, exit_code=exit_code,
-                                      signal=signal_))
+                                      signal=signal_, end=EndReason.FAILURE,
+                                      startup=startup))
 
     # ------------------------------------------------------------------ starting
     def start(self, wall: float, mono: float) -> None:
@@ -243,7 +281,7 @@ class TaskRunner:
         hook_dir = pyhook.install(self.plan.layout.pyhook_dir)
         argv, deathsig = list(self.task.argv), signal.SIGKILL
         if self.container is None:
-            env = role_environment(self.environ, self.plan.inherit_env, self.task.env,
+            env = role_environment(self.environ, self.plan.inherit_env, self.task_env,
                                    rendezvous_env, hook_dir, self.plan.submit_path)
         else:
             if self.proc is not None and self._remove_container(Moment.RESTART):
@@ -253,7 +291,7 @@ class TaskRunner:
                 started = self.container.prepare(
                     self.environ, functools.partial(
                         role_environment, inherit=self.plan.inherit_env,
-                        task_env=self.task.env, rendezvous_env={}, hook_dir=hook_dir),
+                        task_env=self.task_env, rendezvous_env={}, hook_dir=hook_dir),
                     rendezvous_env, self.task.argv, self.task.gpus, self.plan.core_dumps, mono)
             except OSError as exc:
                 raise self.fail("%s: cannot run its %s container: %s"
@@ -337,6 +375,8 @@ class TaskRunner:
             self._wait_for_scheduler(wall, mono)
         elif self.phase is Phase.RUNNING:
             self._run(wall, mono, workers_done_seen)
+        elif self.phase in (Phase.CHECKPOINTING, Phase.HOLDING):
+            self._held(wall, mono)
         elif self.phase is Phase.STOPPING:
             self._stopping(mono)
 
@@ -365,15 +405,36 @@ class TaskRunner:
             self.container.poll(mono)
         if self.task.role is Role.SCHEDULER:
             self._check_listening(wall, mono)
-        walltime = self.task.walltime_s
-        if walltime and wall - (self.record.started_at or wall) > walltime:
-            raise self.fail("%s exceeded its walltime of %gs" % (self.label, walltime),
-                            wall, mono)
+        self._check_walltime(wall, mono)
         if (self.task.role is not Role.WORKER and workers_done_seen is not None
                 and mono - workers_done_seen > self.plan.grace_s):
             self.say("still running %gs after every worker succeeded: stopping it"
                      % self.plan.grace_s)
             self.stop(TaskState.SUCCEEDED, "stopped after every worker succeeded", wall, mono)
+
+    def _check_walltime(self, wall: float, mono: float) -> None:
+        """The task's walltime: with restarts on, the attempt ends ``checkpoint_lead``
+        before it (every worker checkpoints, the job relaunches); else the task fails
+        when it passed."""
+        walltime = self.task.walltime_s
+        if not walltime:
+            return
+        ran = wall - (self.record.started_at or wall)
+        restarts = self.plan.restarts
+        if restarts.restarts_on(EndReason.WALLTIME):
+            lead = min(restarts.checkpoint_lead_s, walltime / 2)
+            if ran > walltime - lead and not self._walltime_said:
+                self._walltime_said = True
+                raise AttemptEnds(AbortRecord(
+                    kind=AbortKind.FAILED, by=self.label, role=self.task.role,
+                    rank=self.task.rank, end=EndReason.WALLTIME,
+                    reason="%s reached its walltime of %gs less the checkpoint lead of %gs"
+                           % (self.label, walltime, lead)))
+        if ran > walltime:
+            failed = self.fail("%s exceeded its walltime of %gs" % (self.label, walltime),
+                               wall, mono)
+            failed.abort.end = EndReason.WALLTIME
+            raise failed
 
     def _exited(self, code: int, wall: float, mono: float) -> None:
         self.drain_output(mono)  # the role's last words before the supervisor's
@@ -427,6 +488,9 @@ class TaskRunner:
         if state is not None and state.holder is listeners.Holder.ROLE:
             self._published = SchedulerRecord(**dict(published.to_dict(), listening=True))
             self.rdv.publish_scheduler(self._published)
+            if self.record.reached_at is None:
+                self.record.reached_at = wall
+                self.dirty = True
             self.say("listening on %s (attempt %d)" % (published.address, published.attempt))
             return
         if state is not None and state.holder is listeners.Holder.OTHER:
@@ -471,6 +535,53 @@ class TaskRunner:
             raise self.fail("scheduler[0]: %s (%d attempts)" % (lost, published.attempt),
                             wall, mono)
         self._start_scheduler(wall, mono)
+
+    # ------------------------------------------------------------------ checkpointing
+    def checkpoint(self, signum: int, deadline: float, note: str) -> None:
+        """Send ``signum`` (the checkpoint signal) to the running role's group, and let
+        it end by itself until ``deadline`` (monotonic): then stop it as always."""
+        assert self.proc is not None and self.phase is Phase.RUNNING
+        self.record.note = note
+        self.say("%s: sending %s (checkpoint), then waiting up to %gs for it to exit"
+                 % (note, signal.Signals(signum).name, max(0.0, deadline - time.monotonic())))
+        _killpg(self.proc.pid, signum)
+        _killpg(self.proc.pid, signal.SIGCONT)
+        self._hold_until = deadline
+        self.phase = Phase.CHECKPOINTING
+        self.dirty = True
+
+    def hold(self, deadline: float, note: str) -> None:
+        """Keep the running role (a server, the scheduler) up while the workers
+        checkpoint: until ``release`` or ``deadline`` (monotonic), then stop it."""
+        assert self.phase is Phase.RUNNING
+        self.record.note = note
+        self._hold_until = deadline
+        self.phase = Phase.HOLDING
+        self.dirty = True
+
+    def release(self, why: str, wall: float, mono: float) -> None:
+        """Stop a held role now (the workers have ended)."""
+        if self.phase is Phase.HOLDING:
+            self.phase = Phase.RUNNING
+            self.stop(TaskState.CANCELLED, "stopped: " + why, wall, mono)
+
+    def _held(self, wall: float, mono: float) -> None:
+        assert self.proc is not None
+        code = self.proc.poll()
+        if code is not None:
+            self.record.exit_code, self.record.signal = code, signal_name(code)
+            if self.phase is Phase.CHECKPOINTING:
+                self.say("exited with %s after the checkpoint signal"
+                         % (self.record.signal or "code %d" % code))
+            self._finish(TaskState.CANCELLED, wall)
+            return
+        if self._hold_until is not None and mono >= self._hold_until:
+            if self.phase is Phase.CHECKPOINTING:
+                self.say("did not exit within the checkpoint grace (%gs): stopping it"
+                         % self.plan.restarts.checkpoint_grace_s)
+            note = self.record.note
+            self.phase = Phase.RUNNING
+            self.stop(TaskState.CANCELLED, note, wall, mono)
 
     # ------------------------------------------------------------------ stopping
     def stop(self, final: TaskState, note: str, wall: float, mono: float) -> None:
@@ -547,7 +658,9 @@ class TaskRunner:
             return False
         code = self.proc.poll() if client_code == -1 else client_code
         reason = self.container.removal_reason(moment, code, self._escalated,
-                                               self.phase is Phase.STOPPING)
+                                               self.phase in (Phase.STOPPING,
+                                                              Phase.CHECKPOINTING,
+                                                              Phase.HOLDING))
         if reason is None:
             return False
         if reason:
@@ -592,6 +705,18 @@ class TaskRunner:
             self._stopped_since = self._stopped_since or mono
         else:
             self._stopped_since = None
+        self._look_for_scheduler(stat)
         self.record.idle_s = round(mono - (self._progress_at or mono), 1)
         self.record.stopped_s = round(mono - self._stopped_since, 1) \
             if self._stopped_since is not None else 0.0
+
+    def _look_for_scheduler(self, stat: Optional[GroupStat]) -> None:
+        """Whether the role (a server, a worker) has reached the scheduler: its first
+        established connection to the scheduler's address."""
+        info = self._scheduler
+        if (self.record.reached_at is not None or info is None or stat is None
+                or self.task.role is Role.SCHEDULER):
+            return
+        if listeners.connected_to(stat.pids, info.ip, info.port):
+            self.record.reached_at = time.time()
+            self.dirty = True

@@ -19,6 +19,12 @@ TASK = "MXBATCH_TASK"
 ROLE = "MXBATCH_ROLE"
 #: the task's rank within its role, as the role sees it
 RANK = "MXBATCH_RANK"
+#: the job's attempt (0, 1, ...; a restart relaunches the whole job as the next one):
+#: set for every role, and for a task's supervisor by the batch system's submission
+ATTEMPT = "MXBATCH_ATTEMPT"
+#: why the job was relaunched as this attempt (an ``EndReason`` of the previous
+#: attempt: ``preempted``, ``failure``...); empty on attempt 0
+RESTART_REASON = "MXBATCH_RESTART_REASON"
 
 #: a line a role prints to report metrics: ``MXBATCH_METRIC samples_per_sec=123.4``
 METRIC_LINE = "MXBATCH_METRIC"

@@ -12,6 +12,7 @@ exists.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
 import shlex
@@ -20,7 +21,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
 from ..errors import SpecError, SpecErrors, did_you_mean
+from ..runtime.attempts import ON_ALIASES, RESTARTABLE
 from ..runtime.roles import Role
+from ..runtime.states import EndReason
 from . import schema
 from .located import KeyPath, Locations, load_located
 from .schema import (
@@ -31,6 +34,7 @@ from .schema import (
     NetworkSpec,
     RendezvousSpec,
     Resources,
+    RestartsSpec,
     RoleSpec,
     default_runs_dir,
 )
@@ -45,7 +49,10 @@ BACKEND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 #: the top-level keys of a job spec
 SPEC_KEYS = ("name", "backend", "command", "workdir", "env", "inherit_env", "resources",
              "roles", "network", "rendezvous", "container", "backends", "core_dumps",
-             "max_tasks")
+             "max_tasks", "restarts")
+#: signals a checkpoint signal may be (what a training script can catch)
+CHECKPOINT_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT",
+                      "SIGALRM")
 
 def load(path: Path) -> JobSpec:
     """Read and validate the spec file at ``path``."""
@@ -96,6 +103,8 @@ def from_mapping(data: Any, *, base_dir: Path, default_name: str = "job",
                                 default={})
     core_dumps = root.take("core_dumps", _bool, default=False)
     max_tasks = root.take("max_tasks", _int(1), default=None)
+    restarts = root.take("restarts", lambda v, p: _restarts(v, p, locations, errors),
+                         default=RestartsSpec())
     root.finish()
     if "workdir" not in root.failed and not workdir.is_dir():
         errors.add(locations.error(("workdir",), f"no such directory: {workdir}"))
@@ -103,11 +112,22 @@ def from_mapping(data: Any, *, base_dir: Path, default_name: str = "job",
     return JobSpec(name=name, workdir=workdir, env=env, inherit_env=inherit_env, roles=roles,
                    network=network, rendezvous=rendezvous, backend_options=backend_options,
                    source=source, container=container, core_dumps=core_dumps,
-                   max_tasks=max_tasks, locations=locations, backend=backend)
+                   max_tasks=max_tasks, locations=locations, backend=backend,
+                   restarts=restarts)
 
 
 #: the flags of ``submit``, ``render``, ``config show`` that override role counts
 WORKERS_FLAG, SERVERS_FLAG = "-n/--workers", "-s/--servers"
+
+
+def with_max_restarts(spec: JobSpec, max_restarts: Optional[int]) -> JobSpec:
+    """The spec with ``--max-restarts`` applied."""
+    if max_restarts is None:
+        return spec
+    if max_restarts < 0:
+        raise SpecError(f"must be at least 0, got {max_restarts}", key="--max-restarts")
+    return dataclasses.replace(spec, restarts=dataclasses.replace(spec.restarts,
+                                                                  max=max_restarts))
 
 
 def with_counts(spec: JobSpec, workers: Optional[int] = None,
@@ -460,6 +480,57 @@ def _rendezvous(value: Any, key_path: KeyPath, locations: Locations,
                          else section.take("stall_timeout", duration, defaults.stall_timeout_s)),
     )
     section.known.append("stall_timeout")
+    section.finish()
+    return result
+
+
+def _restarts(value: Any, key_path: KeyPath, locations: Locations,
+              errors: _Errors) -> RestartsSpec:
+    section = _Section(value, key_path, locations, "restarts", errors)
+    defaults = RestartsSpec()
+
+    def duration(v: Any, _: KeyPath) -> float:
+        return 0.0 if v == 0 and not isinstance(v, bool) else parse_duration(v)
+
+    def reasons(v: Any, _: KeyPath) -> Tuple[EndReason, ...]:
+        items = v if isinstance(v, list) else [v]
+        allowed = [r.value for r in RESTARTABLE] + list(ON_ALIASES)
+        chosen: List[EndReason] = []
+        for item in items:
+            if not isinstance(item, str) or item not in allowed:
+                close = difflib.get_close_matches(str(item), allowed, n=1, cutoff=0.5)
+                raise ValueError(f"unknown end reason {item!r}"
+                                 + (f" (did you mean {close[0]!r}?)" if close else
+                                    f" (reasons: {', '.join(allowed)})"))
+            reason = ON_ALIASES.get(item) or EndReason(item)
+            if reason not in chosen:
+                chosen.append(reason)
+        return tuple(chosen)
+
+    def signal_name(v: Any, _: KeyPath) -> str:
+        name = v if isinstance(v, str) and v.startswith("SIG") else f"SIG{v}"
+        if name not in CHECKPOINT_SIGNALS:
+            raise ValueError(f"expected one of {', '.join(CHECKPOINT_SIGNALS)} or null, "
+                             f"got {v!r}")
+        return name
+
+    checkpoint_signal: Optional[str] = defaults.checkpoint_signal
+    if "checkpoint_signal" in section.data and section.data["checkpoint_signal"] is None:
+        checkpoint_signal = None
+        section.known.append("checkpoint_signal")
+    else:
+        checkpoint_signal = section.take("checkpoint_signal", signal_name,
+                                         defaults.checkpoint_signal)
+    result = RestartsSpec(
+        max=section.take("max", _int(0), defaults.max),
+        on=section.take("on", reasons, defaults.on),
+        backoff_s=section.take("backoff", duration, defaults.backoff_s),
+        checkpoint_signal=checkpoint_signal,
+        checkpoint_grace_s=section.take("checkpoint_grace", duration,
+                                        defaults.checkpoint_grace_s),
+        checkpoint_lead_s=section.take("checkpoint_lead", duration,
+                                       defaults.checkpoint_lead_s),
+    )
     section.finish()
     return result
 

@@ -21,6 +21,7 @@ from typing import Dict, List, Mapping, Optional
 
 from ..errors import SpecError
 from ..runtime import wire
+from ..runtime.attempts import RestartPlan
 from ..runtime.container import ContainerPlan
 from ..runtime.planfile import DEFAULT_ABORT_POLL_S, RunPlan, TaskInfo
 from ..runtime.roles import Role
@@ -84,13 +85,15 @@ def make(spec: JobSpec, backend: str, *, job_id: Optional[str] = None,
          created_at: Optional[float] = None, python: Optional[str] = None,
          loopback_only: bool = False, abort_poll_s: float = DEFAULT_ABORT_POLL_S,
          role_containers: bool = False, max_tasks: int = DEFAULT_MAX_TASKS,
-         count_flags: Optional[Mapping[Role, str]] = None) -> JobPlan:
+         count_flags: Optional[Mapping[Role, str]] = None,
+         signal_ends: Optional[Dict[str, str]] = None) -> JobPlan:
     """Plan ``spec`` for ``backend``. ``loopback_only``: every task runs on this host;
     ``abort_poll_s``: how often supervisors look for the abort record (often on one
     machine, about once a second on shared storage); ``role_containers``: the runtime
     runs every role in the spec's ``container`` (the backend does not do it itself);
     ``max_tasks``: the backend's ceiling and ``count_flags`` the flags that set counts
-    (``check_size``, which runs first)."""
+    (``check_size``, which runs first); ``signal_ends``: what a signal to a supervisor
+    means on this backend (signal name -> end reason)."""
     check_size(spec, backend, max_tasks, count_flags)
     job_id = job_id or new_job_id(spec.name)
     counts = {role: spec.role(role).count for role in Role}
@@ -119,8 +122,20 @@ def make(spec: JobSpec, backend: str, *, job_id: Optional[str] = None,
         core_dumps=spec.core_dumps,
         container=container_plan(spec) if role_containers else None,
         tasks=tasks,
+        restarts=restart_plan(spec),
+        signal_ends=dict(signal_ends or {}),
     )
     return JobPlan(spec=spec, backend=backend, run=run)
+
+
+def restart_plan(spec: JobSpec) -> RestartPlan:
+    """The spec's ``restarts`` as the runtime reads it."""
+    restarts = spec.restarts
+    return RestartPlan(max=restarts.max, on=tuple(r.value for r in restarts.on),
+                       backoff_s=restarts.backoff_s,
+                       checkpoint_signal=restarts.checkpoint_signal,
+                       checkpoint_grace_s=restarts.checkpoint_grace_s,
+                       checkpoint_lead_s=restarts.checkpoint_lead_s)
 
 
 def container_plan(spec: JobSpec) -> Optional[ContainerPlan]:

@@ -59,6 +59,10 @@ class SgeGangBackend(SgeBackend):
 
     # ------------------------------------------------------------------ checks
     def check(self, plan: JobPlan) -> None:
+        if plan.run.restarts.enabled:
+            raise plan.spec.error(("restarts", "max"), "a gang job (backends.sge.gang) is not "
+                                  "relaunched yet", "use gang: false (the arrays), or "
+                                  "restarts.max: 0 (see docs/long-jobs.md)")
         for task in plan.run.tasks:
             if task.cpus > 1 or task.gpus:
                 raise plan.spec.error(

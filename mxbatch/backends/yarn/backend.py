@@ -124,6 +124,9 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
     # ------------------------------------------------------------------ checks
     def check(self, plan: JobPlan) -> None:
         options = self.options
+        if plan.run.restarts.enabled:
+            raise plan.spec.error(("restarts", "max"), "the YARN backend does not relaunch "
+                                  "jobs yet", "set restarts.max: 0 (see docs/long-jobs.md)")
         if not options.queue.strip():
             raise plan.spec.error(("backends", "yarn", "queue"), "must not be empty")
         if options.rm_url and not options.rm_url.startswith(("http://", "https://")):
@@ -313,12 +316,14 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
                                f"cluster admins (yarn application -status {job.app_id})")
 
     # ------------------------------------------------------------------ logs
-    def log_reader(self, record: JobRecord, role: Role, rank: int) -> Optional[LogReader]:
+    def log_reader(self, record: JobRecord, role: Role, rank: int,
+                   attempt: int = 0) -> Optional[LogReader]:
         job = self._job(record)
         return LogFollower(lambda: job.containers().get((role, rank)),
                            task_log_name(role.value, rank))
 
-    def logs(self, record: JobRecord, role: Role, rank: int) -> Iterator[str]:
+    def logs(self, record: JobRecord, role: Role, rank: int,
+             attempt: int = 0) -> Iterator[str]:
         job = self._job(record)
         container = job.containers().get((role, rank))
         data = (fetch(container, task_log_name(role.value, rank))
