@@ -139,3 +139,12 @@ def test_an_attached_job_id_is_printed_once_on_a_terminal(cli, tmp_path):
                if "submitted" in line)
     assert job not in [line.strip() for line in lines], lines
     assert f"job {job} SUCCEEDED" in output.decode()
+
+
+def test_wait_on_an_ended_job_prints_its_real_duration(cli, tmp_path):
+    spec = fake_spec(tmp_path, extra="env: {FAKE_SLEEP: '1.5'}\n")
+    job = cli.submit(spec)
+    assert cli.run("wait", job, "--timeout", "2m").returncode == 0
+    again = cli.run("wait", job)
+    seconds = float(re.search(rf"job {job} SUCCEEDED \(([\d.]+)s\)", again.stderr).group(1))
+    assert seconds >= 1.5, again.stderr  # submission to its end, not this wait's 0.0s
