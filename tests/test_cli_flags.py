@@ -102,3 +102,49 @@ def test_render_help_shows_the_chosen_backends_options(cli):
     every = cli.run("render", "--help", "--all").stdout
     assert all(f"backends.{name}:" in every for name in registry.builtin_names())
     assert len(plain.splitlines()) < 60 < len(every.splitlines())
+
+
+def test_an_attached_job_id_is_printed_once_on_a_terminal(cli, tmp_path):
+    """stdout and stderr on one terminal: the id is on the ``submitted`` line only (a
+    captured stdout still gets it, for scripts: every other test reads it there)."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+    import time
+
+    spec = fake_spec(tmp_path)
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "mxbatch", "submit", "--wait", "-q",
+                             str(spec)], stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
+                            env=cli.env)
+    os.close(slave)
+    output, deadline = b"", time.time() + 120
+    try:
+        while time.time() < deadline:
+            if select.select([master], [], [], 1)[0]:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the terminal's other side closed
+                    break
+                if not chunk:
+                    break
+                output += chunk
+        assert proc.wait(timeout=max(1, deadline - time.time())) == 0, output
+    finally:
+        os.close(master)
+    lines = output.decode().replace("\r", "").splitlines()
+    job = next(re.search(r"submitted (\S+) to", line).group(1) for line in lines
+               if "submitted" in line)
+    assert job not in [line.strip() for line in lines], lines
+    assert f"job {job} SUCCEEDED" in output.decode()
+
+
+def test_wait_on_an_ended_job_prints_its_real_duration(cli, tmp_path):
+    spec = fake_spec(tmp_path, extra="env: {FAKE_SLEEP: '1.5'}\n")
+    job = cli.submit(spec)
+    assert cli.run("wait", job, "--timeout", "2m").returncode == 0
+    again = cli.run("wait", job)
+    seconds = float(re.search(rf"job {job} SUCCEEDED \(([\d.]+)s\)", again.stderr).group(1))
+    assert seconds >= 1.5, again.stderr  # submission to its end, not this wait's 0.0s

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mxbatch.backends.registry import options_for
 from mxbatch.errors import MAX_SPEC_ERRORS, SpecError, SpecErrors
 from mxbatch.spec import parse as specs
 
@@ -47,14 +48,20 @@ def test_misplaced_keys_point_where_they_belong(tmp_path):
     assert any("did you mean 'network.ports'?" in m for m in messages)
     assert any("roles.worker.memory: unknown key (it is not a key here: did you mean "
                "'roles.worker.resources.memory'?)" in m for m in messages), messages
-    assert any("'backends.sge.queue' or 'backends.yarn.queue'" in m for m in messages)
-    assert not any("workdir" in m for m in messages)  # workers is no typo of workdir
+    assert any("6: queue: unknown key" in m for m in messages)  # (backends' keys: theirs)
+    assert not any("workers" in m and "'workdir'" in m for m in messages)  # no typo of it
 
 
-def test_a_backend_block_reports_each_of_its_problems(tmp_path):
-    error = _errors(tmp_path, "command: x\nbackends:\n  sge: {queu: a, submitter: qsb}\n")
-    assert isinstance(error, SpecErrors) and len(error.errors) == 2
-    assert {e.key for e in error.errors} == {"backends.sge.queu", "backends.sge.submitter"}
+def test_the_backend_blocks_report_each_of_their_problems(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("command: x\nbackends:\n  sge: {queu: a, submitter: qsb}\n"
+                    "  slurm: {partition: 3, het: maybe}\n")
+    with pytest.raises(SpecError) as caught:
+        options_for(specs.load(path), "local")
+    error = caught.value
+    assert isinstance(error, SpecErrors) and len(error.errors) == 3
+    assert [(e.line, e.key) for e in error.errors] == [
+        (3, "backends.sge.queu"), (3, "backends.sge.submitter"), (4, "backends.slurm.het")]
 
 
 def test_the_list_is_capped(tmp_path):

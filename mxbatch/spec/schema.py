@@ -82,7 +82,9 @@ class NetworkSpec:
     interface: Optional[str] = spec_field(
         "the interface whose IPv4 address tasks advertise (eth0, ib0); default: the "
         "default route's (127.0.0.1 on the local backend)", default=None)
-    port_low: int = spec_field("the scheduler's port range (9000-9999, [9000, 9999], 9100)",
+    port_low: int = spec_field("the ports of the job (9000-9999, [9000, 9999], 9100): the "
+                               "scheduler's, and one slice a server or worker binds in "
+                               "task order (so kv.rank follows the rank)",
                                key="ports", type="port range", default_text="9000-9999",
                                default=9000)
     port_high: int = dataclasses.field(default=9999)  # set by ``ports`` too
