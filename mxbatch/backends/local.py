@@ -26,17 +26,16 @@ from typing import Callable, ClassVar, Dict, List, Optional, Tuple
 from ..quoting import shell_words
 from ..runtime import net, procs, wire
 from ..runtime.agent import Agent
-from ..runtime.attempts import read_attempts
 from ..runtime.jobloop import AttemptContext, AttemptLoop, attempt_plan, file_attempt_end
 from ..runtime.layout import RunLayout
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import FileRendezvous
-from ..runtime.states import TaskState
 from ..spec.plan import JobPlan
 from ..spec.typed import option
 from .base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
 from .records import JobRecord
-from .status import JobStatus, NativeState, merge, with_attempts
+from .status import JobStatus
+from .supervised import status_supervised_here
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,21 +139,7 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
         return received[0] if received and cancelled else None
 
     def status(self, record: JobRecord) -> JobStatus:
-        plan = load_run_plan(record)
-        # liveness first, records second: an agent that has ended wrote its final
-        # records before, so they are read complete (never "gone without a record")
-        alive = procs.pid_alive(self.handle_of(record).manager_pid)
-        attempts = read_attempts(record.layout.attempts_record)
-        rdv = FileRendezvous(record.run_dir, attempts.current.index if attempts else 0)
-        records = rdv.read_tasks(plan.task_keys())
-        native = {}
-        for key in plan.task_keys():
-            rec = records.get(key)
-            started = rec is not None and rec.state is not TaskState.PENDING  # not queued
-            native[key] = (NativeState.GONE if not alive
-                           else NativeState.ACTIVE if started else NativeState.QUEUED)
-        return with_attempts(merge(plan, self.name, records, rdv.read_abort(), native), plan,
-                             attempts, alive)
+        return status_supervised_here(self.name, record, self.handle_of(record).manager_pid)
 
     def remove(self, record: JobRecord, handle: LocalHandle, run: RunPlan) -> None:
         """The manager exits once its roles have (it stops them on the abort record

@@ -428,12 +428,16 @@ class SgeBackend(BatchBackend[SgeHandle]):
         return task_ids[0].split(".")[0]
 
     # ------------------------------------------------------------------ watching
-    def native_view(self, handle: SgeHandle, run: RunPlan) -> NativeView:
+    def read_queue(self) -> Dict[Tuple[str, int], str]:
+        """Every task SGE holds, from ``qstat -xml -g d -u '*'`` (``parse_qstat_xml``)."""
         result = self.run_command(["qstat", "-xml", "-g", "d", "-u", "*"], timeout=30)
         try:
-            queue = parse_qstat_xml(result.stdout)
+            return parse_qstat_xml(result.stdout)
         except ElementTree.ParseError as exc:
             raise BackendUnavailable(f"cannot parse qstat output: {exc}") from None
+
+    def native_view(self, handle: SgeHandle, run: RunPlan) -> NativeView:
+        queue = self.read_queue()
         view = NativeView(states={}, ids={})
         reasons: Dict[str, Dict[int, str]] = {}
         for task in run.tasks:

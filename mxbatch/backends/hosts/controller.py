@@ -55,9 +55,10 @@ from ...runtime.planfile import RunPlan, TaskInfo
 from ...runtime.rendezvous import FileRendezvous, atomic_write_json, read_json
 from ...runtime.states import AbortKind, AbortRecord, EndReason, TaskRecord, TaskState
 from ...spec.plan import JobPlan
-from ..base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
+from ..base import Backend, Handle, RenderedItem, Request, Rollback
 from ..records import JobRecord
-from ..status import JobStatus, NativeState, merge, with_attempts
+from ..status import JobStatus
+from ..supervised import status_supervised_here
 
 #: after the abort, hosts get the grace period plus this long to end by themselves
 STOP_MARGIN_S = 10.0
@@ -361,21 +362,7 @@ class ControlledBackend(Backend[OptionsT, RequestT, ControllerHandle]):
 
     # ------------------------------------------------------------------ watching
     def status(self, record: JobRecord) -> JobStatus:
-        plan = load_run_plan(record)
-        # liveness first, records second: a controller that has ended wrote its final
-        # records before, so they are read complete (never "gone without a record")
-        alive = procs.pid_alive(self.handle_of(record).controller_pid)
-        attempts = read_attempts(record.layout.attempts_record)
-        rdv = FileRendezvous(record.run_dir, attempts.current.index if attempts else 0)
-        records = rdv.read_tasks(plan.task_keys())
-        native = {}
-        for key in plan.task_keys():
-            rec = records.get(key)
-            started = rec is not None and rec.state is not TaskState.PENDING
-            native[key] = (NativeState.GONE if not alive
-                           else NativeState.ACTIVE if started else NativeState.QUEUED)
-        return with_attempts(merge(plan, self.name, records, rdv.read_abort(), native), plan,
-                             attempts, alive)
+        return status_supervised_here(self.name, record, self.handle_of(record).controller_pid)
 
     # ------------------------------------------------------------------ cancelling
     def await_stopped(self, record: JobRecord, handle: ControllerHandle,
