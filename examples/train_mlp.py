@@ -3,7 +3,10 @@
 The same file runs for every role: for the scheduler and servers, ``import mxnet``
 itself runs the role's loop and exits when the job ends; only workers train.
 
-    python3 train_mlp.py [--kvstore dist_sync] [--epochs 5]
+    python3 train_mlp.py [--kvstore dist_sync] [--epochs 5] [--speedometer 20]
+
+Every ``--speedometer`` batches a worker logs MXNet's Speedometer line
+(``Speed: N samples/sec``), which mxbatch reads as the worker's throughput.
 
 Test hooks (environment): ``CRASH_RANK`` + ``CRASH_AFTER_STEPS`` make that
 worker raise after so many steps; ``STEP_SLEEP`` slows every step (seconds);
@@ -11,6 +14,7 @@ worker raise after so many steps; ``STEP_SLEEP`` slows every step (seconds);
 """
 
 import argparse
+import logging
 import os
 import time
 
@@ -35,12 +39,16 @@ def main() -> None:
     parser.add_argument("--kvstore", default="dist_sync")
     parser.add_argument("--epochs", type=int, default=int(os.environ.get("EPOCHS", 5)))
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--speedometer", type=int, default=20,
+                        help="log the training speed every N batches (0: never)")
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     kv = mx.kv.create(args.kvstore)
     rank, workers = kv.rank, kv.num_workers
     tag = f"[worker rank={rank}]"
-    print(f"{tag} kvstore={kv.type} rank={rank} num_workers={workers}", flush=True)
+    print(f"{tag} kvstore={kv.type} rank={rank} num_workers={workers} "
+          f"mxbatch_rank={os.environ.get('MXBATCH_RANK')}", flush=True)
 
     features, labels = synthetic_data(rank, workers)
     loader = gluon.data.DataLoader(gluon.data.ArrayDataset(features, labels),
@@ -59,6 +67,7 @@ def main() -> None:
     crash_after = int(os.environ.get("CRASH_AFTER_STEPS", 10))
     step_sleep = float(os.environ.get("STEP_SLEEP", 0))
     launch_t0 = float(os.environ.get("LAUNCH_T0", T_START))
+    speedometer = mx.callback.Speedometer(args.batch_size, args.speedometer or 1)
     steps = 0
     for epoch in range(args.epochs):
         total, batches = 0.0, 0
@@ -72,6 +81,9 @@ def main() -> None:
             total += loss.mean().asscalar()
             batches += 1
             steps += 1
+            if args.speedometer:
+                speedometer(mx.model.BatchEndParam(epoch=epoch, nbatch=batches,
+                                                   eval_metric=None, locals=None))
             if steps == 1:
                 print(f"{tag} first step at {time.time() - launch_t0:.2f}s after launch",
                       flush=True)

@@ -66,6 +66,34 @@ class SpecError(MxbatchError):
         super().__init__(text)
 
 
+#: how many problems of one spec an error lists at most
+MAX_SPEC_ERRORS = 20
+
+
+class SpecErrors(SpecError):
+    """Several problems of one spec, reported at once, sorted by line (at most
+    ``MAX_SPEC_ERRORS``). Its ``problem``, ``path``, ``line``, ``key`` and ``hint`` are
+    the first one's; ``errors`` holds them all."""
+
+    def __init__(self, errors: Sequence[SpecError]) -> None:
+        self.errors = sorted(errors, key=lambda e: (e.line is None, e.line or 0))
+        first = self.errors[0]
+        shown = self.errors[:MAX_SPEC_ERRORS]
+        more = len(self.errors) - len(shown)
+        super().__init__(first.problem, path=first.path, line=first.line, key=first.key,
+                         hint=first.hint)
+        lines = [f"{len(self.errors)} problems:"] + [f"  {e.message}" for e in shown]
+        if more:
+            lines.append(f"  and {more} more")
+        self.message = "\n".join(lines)
+
+    @classmethod
+    def of(cls, errors: Sequence[SpecError]) -> SpecError:
+        """One error for ``errors`` (not empty): the error itself when there is one."""
+        unique = list({e.message: e for e in errors}.values())
+        return unique[0] if len(unique) == 1 else cls(unique)
+
+
 class SubmissionRejected(MxbatchError):
     """The cluster refused the submission; nothing of the job is left queued."""
 

@@ -10,6 +10,7 @@ import subprocess
 from typing import Mapping, Optional, Sequence
 
 from .errors import CommandError
+from .runtime import osbytes
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -20,8 +21,8 @@ def run(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S, check: bool 
     """Run ``argv`` and return the completed process (text mode)."""
     try:
         result = subprocess.run(list(argv), input=input_text, capture_output=True, text=True,
-                                timeout=timeout, env=dict(env) if env is not None else None,
-                                cwd=cwd)
+                                errors=osbytes.ERRORS, timeout=timeout,
+                                env=dict(env) if env is not None else None, cwd=cwd)
     except subprocess.TimeoutExpired as exc:
         raise CommandError(argv, None, _text(exc.stdout), _text(exc.stderr),
                            note=f"no answer within {timeout:g}s") from None

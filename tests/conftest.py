@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -81,6 +82,12 @@ class Cli:
         return subprocess.run([sys.executable, "-m", "mxbatch", *args], capture_output=True,
                               text=True, timeout=timeout, cwd=cwd,
                               env=dict(self.env, **(env or {})))
+
+    def run_bytes(self, *args: str, timeout: float = 180, cwd: Optional[Path] = None,
+                  env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+        """``run`` with stdout and stderr as bytes (output that need not be UTF-8)."""
+        return subprocess.run([sys.executable, "-m", "mxbatch", *args], capture_output=True,
+                              timeout=timeout, cwd=cwd, env=dict(self.env, **(env or {})))
 
     def popen(self, *args: str, env: Optional[Dict[str, str]] = None, **kwargs):
         return subprocess.Popen([sys.executable, "-m", "mxbatch", *args],
@@ -256,3 +263,24 @@ def sge(home) -> "Cli":
 def slurm(home) -> "Cli":
     """The CLI with the Slurm test cluster's environment (ci/clusters/slurm-up.sh)."""
     return Cli(home, cluster_environment("slurm"))
+
+
+def time_wait_port() -> int:
+    """A port of 127.0.0.1 nothing listens on, left in TIME_WAIT by a closed connection
+    as an ended scheduler leaves it: the listener had SO_REUSEADDR (zmq sets it) and its
+    side closed first, so the kernel keeps that end for a minute."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    server, _ = listener.accept()
+    listener.close()
+    server.close()  # first: this end (127.0.0.1:port) goes to TIME_WAIT
+    client.recv(1)  # its FIN arrived
+    client.close()
+    wait_for(lambda: any(line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "06"
+                         for line in Path("/proc/net/tcp").read_text().splitlines()[1:]),
+             10, f"port {port} in TIME_WAIT")
+    return port

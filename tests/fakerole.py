@@ -1,58 +1,119 @@
 """A stand-in for an MXNet role, for fast tests of the runtime without MXNet.
 
-scheduler: listens on DMLC_PS_ROOT_PORT until stopped (like ps-lite's scheduler); with
-           $FAKE_SCHEDULER_FAIL_ONCE=<file> the first run exits 1 instead, once worker 0
-           has written $FAKE_OUT/0.json with its port (it started with this address).
+scheduler: listens on DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT until stopped (like ps-lite's
+           scheduler, with SO_REUSEADDR as zmq sets it); with
+           $FAKE_SCHEDULER_FAIL_ONCE=<file> the first run exits 1 instead (a port taken
+           before it could bind); with $FAKE_SCHEDULER_BIND_AFTER=<file> it binds only
+           once that file exists (a test takes the port in between), and exits 1 if the
+           bind fails, as ps-lite's scheduler does ("bind failed"); it keeps every
+           connection it accepts.
 server:    sleeps until stopped.
+servers and workers connect to the scheduler (retrying, like ps-lite's zmq) and keep
+           the connection, unless $FAKE_NO_CONNECT is set.
 worker:    writes {argv, env, core_limit} as JSON to $FAKE_OUT/<rank>.json (if set), runs
            $FAKE_SLEEP seconds, or until the file $FAKE_BARRIER exists (so that many
            workers end at the same moment), printing a line every $FAKE_TICK seconds if
            set (output: the stall detector sees progress), then exits with $FAKE_EXIT
-           (default 0). The worker whose rank is $FAKE_RAISE_RANK raises an exception as
-           soon as the file $FAKE_RAISE_ON exists.
+           (default 0; only on the attempts $FAKE_EXIT_ATTEMPTS lists, "0,2", when it is
+           set). On the checkpoint signal (SIGUSR1) a worker writes
+           $FAKE_OUT/<rank>.checkpoint (the attempt that saved it) and exits 0. The
+           worker whose rank is $FAKE_RAISE_RANK raises an exception as soon as the file
+           $FAKE_RAISE_ON exists. With $FAKE_SPEED (samples/s by rank,
+           comma-separated) each tick prints a Speedometer line instead of "tick" (an
+           MXBATCH_METRIC line for the ranks listed in $FAKE_METRIC_RANKS).
+With $FAKE_JOIN set, servers and workers first connect to the scheduler's address, as
+ps-lite's do (retrying for up to 30 s), and say so ("joined IP:PORT").
 """
 
 import json
 import os
 import resource
+import signal
 import socket
 import sys
+import threading
 import time
 
 role = os.environ["DMLC_ROLE"]
+
+
+def _connect_to_scheduler():
+    """Like ps-lite's van: connect to the scheduler (retrying until it listens), keep it."""
+    address = (os.environ["DMLC_PS_ROOT_URI"], int(os.environ["DMLC_PS_ROOT_PORT"]))
+    while True:
+        try:
+            held = socket.create_connection(address, timeout=2)
+        except OSError:
+            time.sleep(0.1)
+            continue
+        _CONNECTIONS.append(held)
+        return
+
+
+_CONNECTIONS = []
+if role != "scheduler" and not os.environ.get("FAKE_NO_CONNECT"):
+    threading.Thread(target=_connect_to_scheduler, daemon=True).start()
+
+address = (os.environ.get("DMLC_PS_ROOT_URI", ""), int(os.environ.get("DMLC_PS_ROOT_PORT") or 0))
+if role != "scheduler" and os.environ.get("FAKE_JOIN"):
+    deadline = time.time() + 30
+    while True:
+        try:
+            socket.create_connection(address, timeout=1).close()
+            print("joined %s:%d" % address, flush=True)
+            break
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.1)
 if role == "scheduler":
     fail_once = os.environ.get("FAKE_SCHEDULER_FAIL_ONCE")
     if fail_once and not os.path.exists(fail_once):  # "port taken": die before listening
         open(fail_once, "w").close()
-        # once worker 0 has started with this address (so it has to follow the retry)
-        seen = os.path.join(os.environ["FAKE_OUT"], "0.json")
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                with open(seen) as handle:
-                    port = json.load(handle)["env"]["DMLC_PS_ROOT_PORT"]
-                if port == os.environ["DMLC_PS_ROOT_PORT"]:
-                    break
-            except (OSError, ValueError, KeyError):
-                pass
-            time.sleep(0.05)
         sys.exit(1)
+    bind_after = os.environ.get("FAKE_SCHEDULER_BIND_AFTER")
+    deadline = time.time() + 120
+    while bind_after and not os.path.exists(bind_after) and time.time() < deadline:
+        time.sleep(0.05)
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("", int(os.environ["DMLC_PS_ROOT_PORT"])))
+    try:
+        listener.bind(address)
+    except OSError as exc:
+        sys.exit("bind failed: %s" % exc)
     listener.listen(16)
     while True:
         connection, _ = listener.accept()
-        connection.close()
+        _CONNECTIONS.append(connection)
 elif role == "server":
     while True:
         time.sleep(1)
 else:
     out = os.environ.get("FAKE_OUT")
+
+    def _checkpoint(signum, frame):
+        if out:
+            with open(os.path.join(out, os.environ["MXBATCH_RANK"] + ".checkpoint"), "w") as h:
+                h.write(os.environ.get("MXBATCH_ATTEMPT", ""))
+        sys.exit(0)
+
+    signal.signal(signal.SIGUSR1, _checkpoint)
     if out:
         with open(os.path.join(out, os.environ["MXBATCH_RANK"] + ".json"), "w") as handle:
             json.dump({"argv": sys.argv[1:], "env": dict(os.environ),
                        "core_limit": resource.getrlimit(resource.RLIMIT_CORE)}, handle)
+    rank = int(os.environ["MXBATCH_RANK"])
+    speeds = [s for s in os.environ.get("FAKE_SPEED", "").split(",") if s]
+    explicit = os.environ.get("FAKE_METRIC_RANKS", "").split(",")
+
+    def speed_line():
+        if not speeds:
+            return None
+        speed = speeds[rank % len(speeds)]
+        if str(rank) in explicit:
+            return "MXBATCH_METRIC samples_per_sec=%s loss=0.25" % speed
+        return "INFO:root:Epoch[0] Batch [20]\tSpeed: %s samples/sec\taccuracy=0.5" % speed
+
     barrier = os.environ.get("FAKE_BARRIER")
     tick = float(os.environ.get("FAKE_TICK") or 0)
     raise_on = (os.environ.get("FAKE_RAISE_ON")
@@ -63,7 +124,9 @@ else:
         if raise_on and os.path.exists(raise_on):
             raise RuntimeError("simulated failure of worker rank %s" % os.environ["MXBATCH_RANK"])
         if tick and time.time() >= next_tick:
-            print("tick", flush=True)
+            print(speed_line() or "tick", flush=True)
             next_tick += tick
         time.sleep(min(0.05, max(0.0, end - time.time())) if not barrier else 0.05)
-    sys.exit(int(os.environ.get("FAKE_EXIT", 0)))
+    attempts = os.environ.get("FAKE_EXIT_ATTEMPTS")
+    failing = attempts is None or os.environ.get("MXBATCH_ATTEMPT", "0") in attempts.split(",")
+    sys.exit(int(os.environ.get("FAKE_EXIT", 0)) if failing else 0)

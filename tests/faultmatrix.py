@@ -3,7 +3,8 @@
 A cell is one fault on one backend: a job of stand-in roles (``fakerole.py``: a
 scheduler that listens, 1 server, 2 busy workers) is submitted, the fault injected
 (a worker raises; a worker, server or scheduler SIGKILLed; a worker SIGSTOPped; a
-supervisor SIGKILLed; a task that cannot start; the scheduler's port taken; cancel
+supervisor SIGKILLed; a task that cannot start; the scheduler's port taken, before the
+job or by a foreign listener between mxbatch's choice and the role's bind; cancel
 while queued; cancel while running), and the cell checks that the job ended, that
 its reason names the task and the cause, and that nothing of it is left running or
 queued. ``run_cell`` returns a ``Cell`` with the time from the injection to the end
@@ -23,6 +24,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, ContextManager, Dict, List, Optional
@@ -49,6 +51,7 @@ class Fault(str, enum.Enum):
     SUPERVISOR_KILLED = "supervisor SIGKILL"
     NEVER_STARTS = "task never starts"
     PORT_TAKEN = "scheduler port taken"
+    PORT_STOLEN = "scheduler port taken after it was chosen"
     CANCEL_QUEUED = "cancel while queued"
     CANCEL_RUNNING = "cancel while running"
 
@@ -63,6 +66,9 @@ EXPECTED: Dict[Fault, str] = {
     Fault.SUPERVISOR_KILLED: r"worker\[1\] lost",
     Fault.NEVER_STARTS: r"startup deadline \(\d+s\) passed and .* never started: .*worker",
     Fault.PORT_TAKEN: r"scheduler\[0\]: no free port in (\d+)-\1",
+    # the supervisor saw the foreign listener, or the role's bind failed first
+    Fault.PORT_STOLEN: r"scheduler\[0\]: no free port in (\d+)-\1; .*port \1\b.*"
+                       r"(after mxbatch chose it|holds it)",
     Fault.CANCEL_QUEUED: r"cancelled by the user",
     Fault.CANCEL_RUNNING: r"cancelled by the user",
 }
@@ -70,12 +76,42 @@ CANCELLED = (Fault.CANCEL_QUEUED, Fault.CANCEL_RUNNING)
 STARVED = (Fault.NEVER_STARTS, Fault.CANCEL_QUEUED)
 
 
-def occupy_here(port: int) -> Callable[[], None]:
-    """Listen on ``port`` on every address of this host; returns the release."""
+class Occupied:
+    """Listeners on a port (what ``Profile.occupy`` made) that accept and count every
+    connection; ``release`` closes them and says how many they accepted."""
+
+    def __init__(self, release: Callable[[], int]) -> None:
+        self._release = release
+
+    def release(self) -> int:
+        return self._release()
+
+
+def occupy_here(port: int) -> Occupied:
+    """Listen on ``port`` on every address of this host, accepting connections."""
     sock = socket.socket()
     sock.bind(("", port))
-    sock.listen(1)
-    return sock.close
+    sock.listen(16)
+    accepted = [0]
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = sock.accept()
+            except OSError:
+                return  # closed
+            accepted[0] += 1
+            connection.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+
+    def release() -> int:
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+        thread.join(5)
+        return accepted[0]
+    return Occupied(release)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,22 +133,24 @@ class Profile:
     starved_spec: str = ""
     starved_worker: str = ""
     queued: Callable[[object, str], List[str]] = lambda cli, job: []
-    occupy: Callable[[int], Callable[[], None]] = None  # type: ignore[assignment]
+    occupy: Callable[[int], Occupied] = None  # type: ignore[assignment]
     session: Callable[[Dict[str, str]], ContextManager[Dict[str, str]]] = contextlib.nullcontext
     watch: Optional[Callable[[object, str], Callable[[], None]]] = None
     finished_at: Callable[[object, str], Optional[float]] = lambda cli, job: None
 
 
-def occupy_on_test_hosts(port: int) -> Callable[[], None]:
-    """Listen on ``port`` in every namespace test host (the Slurm nodes, SGE's execds)."""
+def occupy_on_test_hosts(port: int) -> Occupied:
+    """Listen on ``port`` in every namespace test host (the Slurm nodes, SGE's execds),
+    accepting connections."""
     import os
     import subprocess
 
     from .conftest import cluster_environment
 
     env = cluster_environment("hosts")
-    code = ("import socket, sys, time; s = socket.socket(); s.bind(('', %d)); s.listen(1); "
-            "print('ok', flush=True); time.sleep(3600)" % port)
+    code = ("import socket; s = socket.socket(); s.bind(('', %d)); s.listen(16); "
+            "print('ok', flush=True)\n"
+            "while True: s.accept()[0].close(); print('accepted', flush=True)" % port)
     listeners = []
     for host in env["MXBATCH_TEST_HOST_NAMES"].split():
         proc = subprocess.Popen([env["MXBATCH_TEST_HOSTS_EXEC"], host, sys.executable, "-c",
@@ -121,11 +159,24 @@ def occupy_on_test_hosts(port: int) -> Callable[[], None]:
         proc.stdout.readline()  # listening
         listeners.append(proc)
 
-    def release() -> None:
+    def release() -> int:
+        accepted = 0
         for proc in listeners:
             os.killpg(proc.pid, 9)
+            accepted += proc.stdout.read().count("accepted")
             proc.wait()
-    return release
+        return accepted
+    return Occupied(release)
+
+
+def occupy_where_sge_runs(port: int) -> Occupied:
+    """Listen on ``port`` where the SGE test cell runs its tasks: this host, or the
+    namespace test hosts when the cell's exec hosts are those (``MXBATCH_SGE_HOSTS``)."""
+    from .conftest import cluster_environment
+
+    if cluster_environment("sge").get("MXBATCH_SGE_HOSTS"):
+        return occupy_on_test_hosts(port)
+    return occupy_here(port)
 
 
 def _sge_queued(cli, job: str) -> List[str]:
@@ -179,7 +230,7 @@ PROFILES: Dict[str, Profile] = {
     # execds run in the namespace test hosts, so the port is taken there
     "sge": Profile("sge", cluster="sge", options="submitter: qsub",
                    starved_options="submitter: qsub, native: [-l, small]",
-                   queued=_sge_queued, occupy=occupy_on_test_hosts),
+                   queued=_sge_queued, occupy=occupy_where_sge_runs),
     # partition tiny: one node with 1 CPU; 3 of the 4 tasks never start
     "slurm": Profile("slurm", cluster="slurm", starved_options="partition: tiny",
                      queued=_slurm_queued, occupy=occupy_on_test_hosts),
@@ -221,15 +272,17 @@ def write_spec(tmp_path: Path, profile: Profile, fault: Fault, port: int) -> Pat
     options = profile.starved_options if starved else profile.options
     worker = (f", resources: {{{profile.starved_worker}}}"
               if starved and profile.starved_worker else "")
+    stolen = (f", FAKE_JOIN: '1', FAKE_SCHEDULER_BIND_AFTER: '{tmp_path / 'bind'}'"
+              if fault is Fault.PORT_STOLEN else "")
     text = (f"name: fm-{fault.name.lower().replace('_', '-')}\ncommand: {role}\n"
             f"workdir: {tmp_path}\n"
             f"env: {{FAKE_TICK: '0.5', FAKE_BARRIER: '{tmp_path / 'never'}', "
-            f"FAKE_RAISE_RANK: '1', FAKE_RAISE_ON: '{tmp_path / 'raise'}'}}\n"
+            f"FAKE_RAISE_RANK: '1', FAKE_RAISE_ON: '{tmp_path / 'raise'}'{stolen}}}\n"
             f"roles: {{server: {{count: 1}}, worker: {{count: 2{worker}}}}}\n"
             f"rendezvous: {{startup_timeout: {'15s' if fault is Fault.NEVER_STARTS else '3m'}"
             f", {TIMEOUTS}}}\n")
     text += profile.spec
-    if fault is Fault.PORT_TAKEN:
+    if fault in (Fault.PORT_TAKEN, Fault.PORT_STOLEN):
         text += f"network: {{ports: {port}-{port}}}\n"
     if starved and profile.starved_spec:
         text += profile.starved_spec
@@ -252,12 +305,31 @@ def _records(cli, job: str) -> Dict[str, dict]:
     return found
 
 
-def _listening(cli, job: str) -> bool:
+def _scheduler(cli, job: str) -> dict:
     path = Path(RunLayout(str(cli.run_dir(job))).scheduler)
     try:
-        return bool(json.loads(path.read_text()).get("listening"))
+        return json.loads(path.read_text())
     except (OSError, ValueError):
-        return False
+        return {}
+
+
+def _listening(cli, job: str) -> bool:
+    return bool(_scheduler(cli, job).get("listening"))
+
+
+def _steal_port(cli, profile: Profile, job: str, port: int, tmp_path: Path,
+                deadline_s: float = 180) -> Occupied:
+    """Once the scheduler's supervisor has chosen ``port`` and started the role (which
+    binds only once ``bind`` exists), listen there first, then let the role bind."""
+    end = time.time() + deadline_s
+    while _scheduler(cli, job).get("port") != port:
+        if time.time() > end:
+            raise AssertionError(f"{job}: no scheduler record for port {port} within "
+                                 f"{deadline_s}s: {_scheduler(cli, job)}")
+        time.sleep(0.1)
+    occupied = profile.occupy(port)
+    (tmp_path / "bind").touch()
+    return occupied
 
 
 def _wait_running(cli, job: str, deadline_s: float = 180) -> Dict[str, dict]:
@@ -295,7 +367,7 @@ def _inject(fault: Fault, records: Dict[str, dict], tmp_path: Path) -> None:
 def run_cell(cli, profile: Profile, fault: Fault, tmp_path: Path) -> Cell:
     """Run one cell (see the module docstring); never raises for a failed check."""
     port = free_port()
-    release = profile.occupy(port) if fault is Fault.PORT_TAKEN and profile.occupy else None
+    occupied = profile.occupy(port) if fault is Fault.PORT_TAKEN else None
     job = ""
     unwatch: Optional[Callable[[], None]] = None
     try:
@@ -304,6 +376,9 @@ def run_cell(cli, profile: Profile, fault: Fault, tmp_path: Path) -> Cell:
         if profile.watch is not None:
             unwatch = profile.watch(cli, job)
         if fault in (Fault.NEVER_STARTS, Fault.PORT_TAKEN):
+            injected = time.time()
+        elif fault is Fault.PORT_STOLEN:
+            occupied = _steal_port(cli, profile, job, port, tmp_path)
             injected = time.time()
         elif fault is Fault.CANCEL_QUEUED:
             # some tasks may start: the starved ones stay queued
@@ -345,13 +420,19 @@ def run_cell(cli, profile: Profile, fault: Fault, tmp_path: Path) -> Cell:
         queued = profile.queued(cli, job)
         if queued:
             problems.append(f"left in the queue: {queued}")
+        if fault is Fault.PORT_STOLEN and occupied is not None:
+            joined = occupied.release()
+            occupied = None
+            if joined:
+                problems.append(f"the foreign listener on port {port} accepted {joined} "
+                                "connection(s): the job took it for its scheduler")
         return Cell(profile.backend, fault, not problems, seconds, reason, "; ".join(problems))
     except Exception as exc:  # a broken cell is a failed cell, with the reason
         return Cell(profile.backend, fault, False, None, "", f"{type(exc).__name__}: {exc}")
     finally:
         if unwatch is not None:
             unwatch()
-        if release:
-            release()
+        if occupied is not None:
+            occupied.release()
         if job:
             cli.run("cancel", job)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mxbatch.backends.registry import load_site_config, options_for
+from mxbatch.cli.jsonout import SCHEMA
 from mxbatch.errors import SpecError
 from mxbatch.runtime.roles import Role
 from mxbatch.spec import config as siteconfig
@@ -71,7 +72,7 @@ def test_config_show_names_every_origin_and_the_flag_overrides(cli, site, tmp_pa
                           "USER": "alice"})
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert document["schema"] == 1 and document["profile"] == "campus"
+    assert document["schema"] == SCHEMA and document["profile"] == "campus"
     settings = {s["key"]: s for s in document["settings"]}
     assert settings["roles.worker.count"]["value"] == 5
     assert settings["roles.worker.count"]["origin"] == "command line (-n/--workers)"

@@ -1,10 +1,13 @@
-"""Roles in real docker and podman containers (ci/clusters/containers-up.sh): the example
-MXNet job with every role in a container, and every way a containerised job ends (a
-crash, a killed client, a stall, cancel, Ctrl-C, a killed supervisor), each leaving no
-container (``docker ps -a``, ``podman ps -a``) and no process of the job behind.
+"""Roles in real docker and podman containers (ci/clusters/containers-up.sh), the fast
+tests: the example MXNet job on Slurm with every role in a container, and every way a
+containerised job ends (a crash, a killed client, a stall, cancel, Ctrl-C, a killed
+supervisor), each leaving no container (``docker ps -a``, ``podman ps -a``) and no
+process of the job behind.
 
-The test image has no Python: the roles run the host's virtualenv Python through the
-read-only mounts ``containers.env`` names (``MXBATCH_TEST_CONTAINER_MOUNTS``)."""
+Their image is busybox with no Python: the roles run the host's virtualenv Python through
+the read-only mounts ``containers.env`` names (``MXBATCH_TEST_CONTAINER_MOUNTS``). The
+example job on local and ssh, a crash and a cancel in an image with its own Python and
+user: test_container_image.py."""
 
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from .conftest import (
     task_record,
     wait_for,
 )
+from .faultmatrix import free_port, occupy_here
 from .polling import poll
 from .test_mxnet_local import assert_trained
 
@@ -131,30 +135,6 @@ def children(pid: int) -> List[int]:
 # --------------------------------------------------------------------------- MXNet
 
 
-@pytest.mark.mxnet
-@pytest.mark.parametrize("runtime", ["docker", "podman"])
-def test_example_job_trains_with_every_role_in_a_container(ccli, ctr_env, example, runtime):
-    data = yaml.safe_load(example.read_text())
-    check = (f'test -f {MARKER[runtime]} && echo "mxbatch-test: $DMLC_ROLE in a {runtime} '
-             'container"; exec "$0" "$@"')
-    data["command"] = ["/bin/sh", "-c", check, ctr_env["MXBATCH_TEST_CONTAINER_PYTHON"],
-                       "train_mlp.py", "--kvstore", "dist_sync"]
-    data["container"] = container(ctr_env, runtime)
-    spec = write_spec(example, data)
-    result = ccli.run("submit", "--wait", str(spec), env={"EPOCHS": "2"}, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
-    assert_trained(result.stdout)  # num_workers == 2, distinct ranks, loss falls
-    job = result.stdout.split()[0]
-    for label, role in (("scheduler[0]", "scheduler"), ("server[0]", "server"),
-                        ("server[1]", "server"), ("worker[0]", "worker"),
-                        ("worker[1]", "worker")):
-        assert f"{label:<12} | mxbatch-test: {role} in a {runtime} container" in result.stdout
-    run_dir = ccli.run_dir(job)
-    assert list((run_dir / "containers").iterdir()) == []  # env files removed
-    assert_no_containers(ctr_env, job)
-    assert_no_processes(job)
-
-
 @pytest.mark.slurm
 @pytest.mark.mxnet
 def test_example_job_on_slurm_with_every_role_in_a_podman_container(home, ctr_env, example):
@@ -174,32 +154,6 @@ def test_example_job_on_slurm_with_every_role_in_a_podman_container(home, ctr_en
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
     assert_trained(result.stdout)
     assert len(re.findall(r"mxbatch-test: \w+ in a podman container", result.stdout)) == 5
-    job = result.stdout.split()[0]
-    assert_no_containers(ctr_env, job)
-    assert_no_processes(job)
-
-
-@pytest.mark.ssh
-@pytest.mark.mxnet
-def test_example_job_on_the_ssh_hosts_with_every_role_in_a_podman_container(home, ctr_env,
-                                                                          example):
-    """Through the ssh backend on the namespace test hosts (podman's host network there
-    is the host's own): every role in podman, on distinct host addresses."""
-    cli = Cli(home, dict(cluster_environment("hosts"), **ctr_env))
-    data = yaml.safe_load(example.read_text())
-    check = ('test -f /run/.containerenv && echo "mxbatch-test: $DMLC_ROLE in a podman '
-             'container at $DMLC_NODE_HOST"; exec "$0" "$@"')
-    data["command"] = ["/bin/sh", "-c", check, ctr_env["MXBATCH_TEST_CONTAINER_PYTHON"],
-                       "train_mlp.py", "--kvstore", "dist_sync"]
-    data["container"] = container(ctr_env, "podman")
-    data["backends"] = {"ssh": {"hostfile": cli.env["MXBATCH_TEST_HOSTFILE"]}}
-    spec = write_spec(example, data)
-    result = cli.run("submit", "--backend", "ssh", "--wait", str(spec), env={"EPOCHS": "2"},
-                     timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
-    assert_trained(result.stdout)
-    seen = re.findall(r"mxbatch-test: (\w+) in a podman container at ([\d.]+)", result.stdout)
-    assert len(seen) == 5 and len({address for _, address in seen}) >= 2, seen
     job = result.stdout.split()[0]
     assert_no_containers(ctr_env, job)
     assert_no_processes(job)
@@ -237,6 +191,36 @@ def test_a_killed_client_fails_the_job_and_its_container_is_removed(ccli, ctr_en
     assert result.returncode == 1, result.stderr
     assert "FAILED: worker[0] was killed by SIGKILL" in result.stderr
     assert abort_of(ccli, job)["at"] - killed < 10
+    assert_no_containers(ctr_env, job, timeout=15)
+    assert_no_processes(job)
+
+
+@pytest.mark.parametrize("runtime", ["docker", "podman"])
+def test_a_foreign_listener_on_the_containerised_scheduler_s_port(ccli, ctr_env, tmp_path,
+                                                                  runtime):
+    """The scheduler's role (in its container, which the runtime's daemon started: not a
+    process of the supervisor's) binds only once "bind" exists; a listener of this host
+    takes the port first. Readiness is asked of the container's processes, so the job
+    fails naming the port and no member ever connects to the foreign listener."""
+    port = free_port()
+    spec = fake_job(tmp_path, ctr_env, runtime,
+                    extra={"env": {"FAKE_JOIN": "1", "FAKE_SLEEP": "120",
+                                   "FAKE_SCHEDULER_BIND_AFTER": str(tmp_path / "bind")},
+                           "network": {"ports": f"{port}-{port}"}})
+    job = ccli.submit(spec)
+    run_dir = ccli.run_dir(job)
+    wait_for(lambda: json.loads((run_dir / "scheduler.json").read_text()).get("port") == port,
+             120, "the scheduler's port chosen")
+    occupied = occupy_here(port)
+    try:
+        (tmp_path / "bind").touch()
+        result = ccli.run("wait", job, "--timeout", "90")
+    finally:
+        joined = occupied.release()
+    assert result.returncode == 1, result.stderr
+    assert joined == 0, f"the foreign listener accepted {joined} connection(s)"
+    assert re.search(rf"scheduler\[0\]: no free port in {port}-{port}; .*port {port}\b",
+                     abort_of(ccli, job)["reason"])
     assert_no_containers(ctr_env, job, timeout=15)
     assert_no_processes(job)
 

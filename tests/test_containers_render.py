@@ -67,7 +67,8 @@ def golden_start(runtime: str, request, tmp_path: Path, task: str):
     return [runtime, "run", "--rm", "--init", "--network", "host",
             "--name", f"mxbatch-{job}-{task}", "--env-file", f"{run}/containers/{task}.env",
             "-e", "DMLC_PS_ROOT_URI", "-e", "DMLC_PS_ROOT_PORT", "-e", "DMLC_NODE_HOST",
-            "-v", f"{tmp_path}:{tmp_path}", "-v", f"{run}:{run}:ro", "-v", "/data:/data:ro",
+            "-v", f"{tmp_path}:{tmp_path}", "-v", f"{run}/pyhook:{run}/pyhook:ro",
+            "-v", "/data:/data:ro",
             "-w", str(tmp_path)]
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from mxbatch.cli.jsonout import SCHEMA
 from mxbatch.doctor import checks as doctor
 from mxbatch.doctor import runner
 from mxbatch.doctor.checks import Outcome
@@ -68,7 +69,7 @@ def _doctor(cli: Cli, *args: str, env=None) -> dict:
     result = cli.run("doctor", "--json", *args, env=env, timeout=300)
     assert result.returncode in (0, 1), result.stderr
     document = json.loads(result.stdout)
-    assert document["schema"] == 1 and document["ok"] is (result.returncode == 0)
+    assert document["schema"] == SCHEMA and document["ok"] is (result.returncode == 0)
     return document
 
 

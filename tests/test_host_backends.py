@@ -8,12 +8,14 @@ test_mpi.py."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import sys
 
 import pytest
 
 from .conftest import FAKEROLE, interrupt, wait_for
+from .faultmatrix import free_port, occupy_on_test_hosts
 from .hostjobs import (
     abort_record,
     all_running,
@@ -81,6 +83,34 @@ def test_failing_worker_ends_the_job_within_15s(hosts_cli, hosts_env, tmp_path, 
     assert last_end(run_dir) - failed < 15
     # the others stopped their roles themselves (mpirun did not kill their agents)
     assert {r["state"] for r in tasks.values()} <= {"FAILED", "CANCELLED"}
+    assert_clean(job)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_foreign_listener_on_the_chosen_port_is_never_joined(hosts_cli, hosts_env, tmp_path,
+                                                               backend):
+    # the scheduler's role (on mxbh1) binds only once "bind" exists: before that, a
+    # foreign listener takes the port on every host; members must not join it
+    port = free_port()
+    spec = fake_spec(tmp_path, backend, hosts_env, name="stolen",
+                     env={"FAKE_JOIN": "1", "FAKE_SCHEDULER_BIND_AFTER": str(tmp_path / "bind"),
+                          "FAKE_SLEEP": "300"})
+    spec.write_text(spec.read_text() + f"network: {{ports: {port}-{port}}}\n")
+    job = hosts_cli.submit(spec, "-b", backend)
+    run_dir = hosts_cli.run_dir(job)
+    wait_for(lambda: json.loads((run_dir / "scheduler.json").read_text()).get("port") == port,
+             90, "the scheduler's port chosen")
+    occupied = occupy_on_test_hosts(port)
+    try:
+        (tmp_path / "bind").touch()
+        result = hosts_cli.run("wait", job, "--timeout", "60")
+    finally:
+        joined = occupied.release()
+    assert result.returncode == 1, result.stderr
+    assert joined == 0, f"the foreign listener accepted {joined} connection(s)"
+    reason = abort_record(run_dir)["reason"]
+    assert re.search(rf"scheduler\[0\]: no free port in {port}-{port}; .*port {port}\b", reason)
+    assert not any(r.get("pid") for key, r in records(run_dir).items() if key != "scheduler-0")
     assert_clean(job)
 
 

@@ -4,12 +4,16 @@ jsonout.SCHEMA (list: every row carries it); shell completion of job ids."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 from mxbatch.cli.jsonout import SCHEMA
 
 from .conftest import FAKEROLE, assert_no_processes
 from .test_local import fake_spec
+
+#: RFC 3339 in UTC with milliseconds: every ``*_at`` of every document
+TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
 def _json(result) -> object:
@@ -31,7 +35,14 @@ def test_every_reporting_command_prints_one_versioned_document(cli, tmp_path):
     assert [(r["schema"], r["job_id"]) for r in rows] == [(SCHEMA, job)]
     cancelled = _json(cli.run("cancel", job, "--json"))
     assert cancelled == {"schema": SCHEMA, "job_id": job, "state": "SUCCEEDED",
-                         "already_ended": True, "state_before": "SUCCEEDED"}
+                         "already_ended": True, "state_before": "SUCCEEDED",
+                         "submitted_at": submitted["submitted_at"]}
+    # one time field, one format, in every job document
+    stamps = {d["submitted_at"] for d in (submitted, waited, status, rows[0], cancelled)}
+    assert len(stamps) == 1 and TIMESTAMP.fullmatch(stamps.pop())
+    times = [t[k] for t in status["tasks"] for k in ("started_at", "ended_at")]
+    assert all(TIMESTAMP.fullmatch(t) for t in times + [rows[0]["ended_at"]]), times
+    assert rows[0]["duration_s"] >= 0 and "submitted" not in rows[0]
     rendered = _json(cli.run("render", str(spec), "--json"))
     assert rendered["schema"] == SCHEMA and len(rendered["tasks"]) == 3
     shown = _json(cli.run("config", "show", str(spec), "--json"))

@@ -21,6 +21,7 @@ from .conftest import (
     interrupt,
     job_times,
     task_record,
+    time_wait_port,
     wait_for,
 )
 
@@ -62,7 +63,8 @@ def test_environment_inherited_and_wired(cli, tmp_path):
     assert result.returncode == 0, result.stderr
     env = json.loads((out / "0.json").read_text())["env"]
     assert env["FROM_SUBMITTER"] == "yes"
-    assert "PORT" not in env
+    assert env["PORT"] != "80"  # the submitter's never leaks; ps-lite's port is mxbatch's
+    assert 9000 <= int(env["PORT"]) <= 9999
     assert env["DMLC_ROLE"] == "worker" and env["DMLC_PS_ROOT_URI"] == "127.0.0.1"
     assert env["DMLC_NODE_HOST"] == "127.0.0.1" and int(env["DMLC_PS_ROOT_PORT"]) >= 9000
     assert env["DMLC_NUM_WORKER"] == "1" and env["DMLC_NUM_SERVER"] == "1"
@@ -305,11 +307,20 @@ def test_launch_style_command(cli, tmp_path, count):
     assert len([t for t in cli.status(job)["tasks"] if t["role"] == "worker"]) == count
 
 
-def test_members_follow_the_scheduler_to_its_retry_port(cli, tmp_path):
+def test_a_port_an_ended_scheduler_left_in_time_wait_is_free(cli, tmp_path):
+    port = time_wait_port()
+    spec = fake_spec(tmp_path, extra=f"network: {{ports: {port}-{port}}}\n")
+    result = cli.run("submit", "--wait", str(spec))
+    assert result.returncode == 0, result.stderr
+    job = result.stdout.split()[0]
+    assert json.loads((cli.run_dir(job) / "scheduler.json").read_text())["port"] == port
+
+
+def test_members_start_only_once_the_scheduler_listens_on_its_retry_port(cli, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     marker = tmp_path / "failed-once"
-    spec = fake_spec(tmp_path, extra=f"env: {{FAKE_OUT: '{out}', FAKE_SLEEP: '3', "
+    spec = fake_spec(tmp_path, extra=f"env: {{FAKE_OUT: '{out}', FAKE_SLEEP: '1', "
                                      f"FAKE_SCHEDULER_FAIL_ONCE: '{marker}'}}\n")
     result = cli.run("submit", "--wait", str(spec))
     assert result.returncode == 0, result.stderr
@@ -319,4 +330,4 @@ def test_members_follow_the_scheduler_to_its_retry_port(cli, tmp_path):
     seen = json.loads((out / "0.json").read_text())["env"]
     assert seen["DMLC_PS_ROOT_PORT"] == str(scheduler["port"])
     log = (cli.run_dir(job) / "logs" / "worker-0.log").read_text()
-    assert "restarting the role" in log
+    assert log.count("starting on") == 1, log  # started once, on the port that listened

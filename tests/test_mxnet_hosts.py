@@ -56,6 +56,12 @@ def assert_spread(result, cli, hosts_env, workers: int) -> str:
     assert len(roles) == 1 + 2 * workers
     assert set(roles.values()) == addresses  # every role on a test host, all 4 used
     assert len({host for _, host in seen.values()}) == workers  # workers on distinct hosts
+    # across hosts ps-lite's order of the hosts' addresses decides kv.rank: status says it
+    printed = {f"worker[{m.group(1)}]": int(m.group(2)) for m in re.finditer(
+        r"^worker\[(\d+)\] +\| \[worker rank=(\d+)\] kvstore=", result.stdout, re.M)}
+    told = {t["role"] + f"[{t['rank']}]": t["kv_rank"] for t in cli.status(job)["tasks"]
+            if t["role"] == "worker"}
+    assert told == printed, (told, printed)
     assert_no_processes(job, timeout=10)
     assert remote_temp_dirs(job) == []
     return job

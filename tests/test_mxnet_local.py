@@ -7,12 +7,14 @@ import json
 import os
 import re
 import signal
+import socket
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import assert_no_processes, job_times, task_record, wait_for
+from .conftest import assert_no_processes, copy_example, job_times, task_record, wait_for
 
 pytestmark = pytest.mark.mxnet
 
@@ -145,3 +147,48 @@ def test_cancel_running_training(cli, example):
     assert cli.status(job)["state"] == "CANCELLED"
     assert_no_processes(job, timeout=0)
     assert cli.run("cancel", job).returncode == 0
+
+
+def test_two_jobs_sharing_a_one_port_range_never_join_each_other(cli, tmp_path):
+    # Both schedulers start on the same free port before either binds it (the sleep):
+    # one job's scheduler gets it; the other's must not take that listener for its own
+    # (its members would join the first job's ps-lite): it fails naming the port.
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        port = sock.getsockname()[1]
+    scheduler = ["sh", "-c", "sleep 3; exec python3 train_mlp.py --kvstore dist_sync"]
+    specs = []
+    for name in ("first", "second"):
+        spec = copy_example(tmp_path / name)
+        spec.write_text(spec.read_text().replace("ports: 9000-9999", f"ports: {port}-{port}")
+                        .replace("  worker: {count: 2}", "  worker: {count: 2}\n"
+                                 f"  scheduler: {{command: {json.dumps(scheduler)}}}"))
+        specs.append(spec)
+    procs_ = [cli.popen("submit", "--wait", str(spec), env={"EPOCHS": "2"}) for spec in specs]
+    outputs = []  # (exit status, stdout, stderr) of each
+    try:
+        for proc in procs_:
+            stdout, stderr = proc.communicate(timeout=300)
+            outputs.append((proc.returncode, stdout, stderr))
+    except subprocess.TimeoutExpired:
+        pytest.fail("a job did not end within 300 s (one joined the other's scheduler?)")
+    finally:
+        for proc in procs_:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    jobs = [out.split()[0] for _, out, _ in outputs]
+    for job in jobs:
+        assert json.loads((cli.run_dir(job) / "scheduler.json").read_text())["port"] \
+            == port  # both chose it: the race happened
+    codes = [code for code, _, _ in outputs]
+    assert sorted(codes) == [0, 1], [err[-2000:] for _, _, err in outputs]
+    assert_trained(outputs[codes.index(0)][1])
+    lost = jobs[codes.index(1)]
+    reason = cli.status(lost)["reason"]
+    assert re.search(rf"scheduler\[0\]: no free port in {port}-{port}; .*port {port}\b", reason), \
+        reason
+    for role in ("server", "worker"):  # its members never started
+        assert not (task_record(cli.run_dir(lost), role, 0) or {}).get("pid")
+    for job in jobs:
+        assert_no_processes(job)

@@ -68,7 +68,7 @@ def test_plugin_options_are_validated_like_the_spec(plugin_cli, tmp_path):
     assert f"{path}:6: backends.echo.greting: unknown key (did you mean 'greeting'?)" \
         in result.stderr
     assert plugin_cli.run_dirs() == []
-    help_text = plugin_cli.run("render", "--help").stdout
+    help_text = plugin_cli.run("render", "-b", "echo", "--help").stdout
     assert "backends.echo:" in help_text and "ECHO_GREETING" in help_text
 
 

@@ -43,3 +43,20 @@ def test_install_is_idempotent(tmp_path):
     first = pyhook.install(str(tmp_path / "hook"))
     assert pyhook.install(first) == first
     assert os.listdir(first) == ["sitecustomize.py"]
+
+
+def test_the_hook_is_readable_by_any_user_whatever_the_umask(tmp_path):
+    """A container mounts the hook directory alone, and its user may be another uid
+    (an image's own user): 0755 and 0644, also over a 0700 directory of an older run."""
+    directory = tmp_path / "hook"
+    directory.mkdir(mode=0o700)
+    old = os.umask(0o077)
+    try:
+        pyhook.install(str(directory))
+    finally:
+        os.umask(old)
+    assert directory.stat().st_mode & 0o777 == 0o755
+    assert (directory / "sitecustomize.py").stat().st_mode & 0o777 == 0o644
+    (directory / "sitecustomize.py").chmod(0o600)  # the same content, closed
+    pyhook.install(str(directory))
+    assert (directory / "sitecustomize.py").stat().st_mode & 0o777 == 0o644

@@ -48,7 +48,7 @@ def parser_key_paths() -> List[str]:
     paths = []
     for key in accepted_keys([]):
         paths.append(key)
-    for section in ("resources", "network", "rendezvous", "container"):
+    for section in ("resources", "network", "rendezvous", "container", "restarts"):
         base = {"command": ["x"]}
         if section == "container":
             base["container"] = {"image": "i"}
@@ -80,7 +80,7 @@ def test_every_documented_key_is_accepted(tmp_path):
     # the other direction: a spec made of every documented key parses
     documented = [row[0] for row in reference.spec_rows()]
     parsed = set(parser_key_paths()) | {"roles", "resources", "network", "rendezvous",
-                                        "container", "backends"}
+                                        "container", "backends", "restarts"}
     assert [k for k in documented if k not in parsed] == []
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import resource
 import secrets
+import subprocess
 import sys
 from pathlib import Path
 
@@ -194,6 +196,68 @@ def test_bad_worker_flag_exits_2(cli, tmp_path):
     assert result.returncode == 2
     assert "-n/--workers" in result.stderr
     assert cli.run_dirs() == []
+
+
+def _in_512_mib(cli, *args: str, cwd=None) -> subprocess.CompletedProcess:
+    """The CLI with at most 512 MiB of address space: a command whose cost grows with a
+    count it was given fails (MemoryError, abort) instead of eating the machine."""
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (512 << 20, 512 << 20))
+    return subprocess.run([sys.executable, "-m", "mxbatch", *args], capture_output=True,
+                          text=True, timeout=120, env=cli.env, cwd=cwd, preexec_fn=limit)
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["render", "-n", "99999999999"], "-n/--workers"),
+    (["render", "--format", "shell", "-s", "99999999999"], "-s/--servers"),
+    (["submit", "-n", "99999999999"], "-n/--workers"),
+])
+def test_a_huge_count_flag_is_a_spec_error_at_once(cli, tmp_path, args, flag):
+    path = tmp_path / "job.yaml"
+    path.write_text("command: x\n")
+    result = _in_512_mib(cli, *args, str(path))
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"<command line>: {flag}: " in result.stderr
+    assert "the local backend's ceiling of 1000 tasks" in result.stderr
+    assert "set max_tasks: " in result.stderr and "Traceback" not in result.stderr
+    assert cli.run_dirs() == [] and not (cli.home / "jobs").exists()
+
+
+def test_launch_with_a_huge_count_is_a_spec_error_at_once(cli, tmp_path):
+    result = _in_512_mib(cli, "launch", "-n", "99999999999", "--", "true", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "<command line>: -n/--num-workers: 99999999999 workers" in result.stderr
+    assert "--max-tasks" in result.stderr
+    assert cli.run_dirs() == []
+
+
+def test_a_count_above_the_ceiling_names_file_line_key_and_creates_nothing(cli, tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("command: x\nroles:\n  server: {count: 2}\n  worker: {count: 100000}\n")
+    for backend in ("local", "sge", "slurm", "yarn"):
+        result = _in_512_mib(cli, "submit", "--backend", backend, str(path))
+        assert result.returncode == 2, result.stderr[-2000:]
+        ceiling = "1000" if backend == "local" else "10000"
+        assert (f"job.yaml:4: roles.worker.count: 100000 workers, 2 servers and the scheduler "
+                f"are 100003 tasks, more than the {backend} backend's ceiling of {ceiling} "
+                "tasks (to allow it, set max_tasks: 100003") in result.stderr
+    assert cli.run_dirs() == [] and not (cli.home / "jobs").exists()
+
+
+def test_max_tasks_moves_the_ceiling(cli, tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("command: x\nmax_tasks: 1203\nroles: {worker: {count: 1201}, "
+                    "server: {count: 1}}\n")
+    result = cli.run("render", "--json", str(path))
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["tasks"]) == 1203
+    result = cli.run("render", str(path), "-n", "1202")
+    assert result.returncode == 2
+    assert "-n/--workers: 1202 workers, 1 servers and the scheduler are 1204 tasks, more " \
+           "than max_tasks (1203)" in result.stderr
+    path.write_text("command: x\nmax_tasks: 0\n")
+    result = cli.run("render", str(path))
+    assert result.returncode == 2 and "job.yaml:2: max_tasks: must be at least 1" in result.stderr
 
 
 def test_nothing_started_for_bad_input(cli, tmp_path):

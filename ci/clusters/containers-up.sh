@@ -8,20 +8,25 @@
 #           ulimits by default; its containers.conf and storage.conf (graphroot and
 #           runroot under the state dir) are pointed to by CONTAINERS_CONF and
 #           CONTAINERS_STORAGE_CONF, so the system's podman configuration is untouched.
-#   image   localhost/mxbatch-test:1 in both: static busybox, /etc/passwd+group, no
-#           Python of its own; roles run the host's virtualenv Python through read-only
-#           bind mounts (MXBATCH_TEST_CONTAINER_MOUNTS). Nothing is pulled: the image is
-#           imported from a tar built here, again only when its inputs change.
-# then checks, for each runtime: the venv Python imports mxnet in a container
-# (--network host --init), a containerised server on 127.0.0.1 answers the host, the
-# runtime's marker file (/.dockerenv, /run/.containerenv), rm -f of a running
-# container within a second, --env-file; and reports the cost of `run --rm ... true`.
+#   images  in both, imported from tars built here, again only when their inputs change
+#           (a label holds their hash); nothing is pulled:
+#           localhost/mxbatch-test:1, for the fast tests: static busybox, /etc/passwd+group,
+#           no Python of its own; roles run the host's virtualenv Python through
+#           read-only bind mounts (MXBATCH_TEST_CONTAINER_MOUNTS). Built in < 1 s.
+#           localhost/mxbatch-mxnet:1, an image like the ones users run: Debian bookworm
+#           with its own Python, mxnet in /opt/mxnet-venv (first on its PATH) and a
+#           non-root default user (containers-mxnet-image.sh; mmdebstrap, about 1.5 min).
+# then checks, for each runtime: the venv Python imports mxnet in a busybox container
+# (--network host --init), the MXNet image's own Python imports mxnet with no mounts,
+# a containerised server on 127.0.0.1 answers the host, the runtime's marker file
+# (/.dockerenv, /run/.containerenv), rm -f of a running container within a second,
+# --env-file; and reports the cost of `run --rm ... true`.
 # The tests source $MXBATCH_CLUSTER_STATE/containers.env (written only once all
 # checks passed; see it for the variables).
 #
 # Idempotent and fast when already up; recovers from a half-up state and from a
 # dockerd or podman that crashed (leftover processes and mounts are cleared).
-# Packages (docker.io, podman, runc, catatonit, tini, busybox-static) are installed
+# Packages (docker.io, podman, runc, catatonit, tini, busybox-static, mmdebstrap) are installed
 # when missing; no system service is started, and these scripts write nothing to /etc.
 #
 # Usage: ci/clusters/containers-up.sh
@@ -30,7 +35,8 @@
 #        MXBATCH_CONTAINER_RUNTIMES   runtimes to bring up (default "docker podman")
 #        MXBATCH_TEST_VENV            virtualenv whose Python runs in the containers
 #                                     (default: <checkout>/.venv; needs mxnet)
-#        MXBATCH_TEST_IMAGE           image name (default localhost/mxbatch-test:1)
+#        MXBATCH_TEST_IMAGE           busybox image name (default localhost/mxbatch-test:1)
+#        MXBATCH_TEST_MXNET_IMAGE     MXNet image name (default localhost/mxbatch-mxnet:1)
 #        MXBATCH_CONTAINERS_RM_MAX_MS most milliseconds `rm -f` may take (default 1000)
 set -euo pipefail
 
@@ -45,6 +51,8 @@ RUNTIMES=${MXBATCH_CONTAINER_RUNTIMES:-docker podman}
 REPO=$(cd "$HERE/../.." && pwd)
 VENV=${MXBATCH_TEST_VENV:-$REPO/.venv}
 IMAGE=${MXBATCH_TEST_IMAGE:-localhost/mxbatch-test:1}
+MXNET_IMAGE=${MXBATCH_TEST_MXNET_IMAGE:-localhost/mxbatch-mxnet:1}
+MXNET_BUILD=$HERE/containers-mxnet-image.sh
 RM_MAX_MS=${MXBATCH_CONTAINERS_RM_MAX_MS:-1000}
 IMAGE_LABEL=org.mxbatch.test-image.inputs
 BUSYBOX=/bin/busybox          # from busybox-static
@@ -91,9 +99,10 @@ apt_get() {
 }
 
 # docker.io: dockerd, containerd, docker-init (tini); podman + runc (crun refuses this
-# host's hybrid cgroup layout) + catatonit (podman --init); busybox-static: the image.
+# host's hybrid cgroup layout) + catatonit (podman --init); busybox-static: the busybox
+# image; mmdebstrap: the MXNet image.
 install_packages() {
-    local pkgs=(docker.io podman runc catatonit tini busybox-static) missing=() p
+    local pkgs=(docker.io podman runc catatonit tini busybox-static mmdebstrap) missing=() p
     local policy=/usr/sbin/policy-rc.d made_policy=0
     for p in "${pkgs[@]}"; do
         [[ $(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) == installed ]] \
@@ -204,7 +213,7 @@ ensure_dockerd() {
     log "dockerd (pid $(dockerd_pid)) answers; $(command -v docker): $v"
 }
 
-# --- the image -----------------------------------------------------------
+# --- the images ----------------------------------------------------------
 
 IMAGE_CHANGES=('ENV PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin' 'CMD ["/bin/sh"]')
 
@@ -230,8 +239,8 @@ build_rootfs() {
     printf '%s\n' 'passwd: files' 'group: files' 'hosts: files dns' >"$r/etc/nsswitch.conf"
 }
 
-# image_hash: a hash of everything the image is made of
-image_hash() {
+# busybox_hash: a hash of everything the busybox image is made of
+busybox_hash() {
     {
         sha256sum <"$BUSYBOX"
         declare -f build_rootfs
@@ -239,41 +248,60 @@ image_hash() {
     } | sha256sum | cut -c1-16
 }
 
-image_label() {   # image_label RUNTIME: the inputs label of IMAGE there ("" if none)
-    "$1" image inspect --format "{{index .Config.Labels \"$IMAGE_LABEL\"}}" "$IMAGE" 2>/dev/null || true
-}
-
-# ensure_image: IMAGE, from today's inputs, in every runtime
-ensure_image() {
-    local hash rt tar=$BASE/image/rootfs.tar changes=() c quiet
+# busybox_tar TAR: the busybox image's rootfs as a tar
+busybox_tar() {
     [[ $(ldd "$BUSYBOX" 2>&1) == *"not a dynamic executable"* ]] \
         || die "$BUSYBOX is not static (busybox-static not installed?)"
-    hash=$(image_hash)
-    for c in "${IMAGE_CHANGES[@]}" "LABEL $IMAGE_LABEL=$hash"; do changes+=(--change "$c"); done
+    build_rootfs "$BASE/image/rootfs"
+    tar -C "$BASE/image/rootfs" --sort=name --numeric-owner --owner=0 --group=0 \
+        --mtime=@0 -cf "$1" .
+    rm -rf "$BASE/image/rootfs"
+}
+
+# mxnet_tar TAR: the MXNet image's rootfs (Debian, its own Python and mxnet)
+mxnet_tar() { bash "$MXNET_BUILD" "$1" "$PY"; }
+
+image_label() {   # image_label RUNTIME IMAGE: the inputs label of IMAGE there ("" if none)
+    "$1" image inspect --format "{{index .Config.Labels \"$IMAGE_LABEL\"}}" "$2" 2>/dev/null || true
+}
+
+# ensure_image IMAGE KEY HASH CHANGE...: IMAGE, labelled HASH (a hash of its inputs), in
+# every runtime, imported with the given Dockerfile instructions from the tar that
+# KEY_tar builds ($BASE/image/KEY.tar, kept with KEY.hash for the next runtime or run)
+ensure_image() {
+    local image=$1 key=$2 hash=$3 rt tar=$BASE/image/$2.tar changes=() c quiet
+    shift 3
+    for c in "$@" "LABEL $IMAGE_LABEL=$hash"; do changes+=(--change "$c"); done
     for rt in $RUNTIMES; do
-        if [[ $(image_label "$rt") == "$hash" ]]; then
-            log "$rt: image $IMAGE is up to date ($hash)"
+        if [[ $(image_label "$rt" "$image") == "$hash" ]]; then
+            log "$rt: image $image is up to date ($hash)"
             continue
         fi
-        if [[ ! -s $tar || $(cat "$BASE/image/rootfs.hash" 2>/dev/null) != "$hash" ]]; then
+        if [[ ! -s $tar || $(cat "$BASE/image/$key.hash" 2>/dev/null) != "$hash" ]]; then
             tick
-            mkdir -p "$BASE/image"
-            build_rootfs "$BASE/image/rootfs"
-            tar -C "$BASE/image/rootfs" --sort=name --numeric-owner --owner=0 --group=0 \
-                --mtime=@0 -cf "$tar.tmp" .
+            rm -f "$tar" "$BASE/image/$key.hash"
+            "${key}_tar" "$tar.tmp"
             mv -f "$tar.tmp" "$tar"
-            rm -rf "$BASE/image/rootfs"
-            echo "$hash" | write_atomic "$BASE/image/rootfs.hash"
-            log "built the rootfs tar ($(($(stat -c %s "$tar") / 1024)) KiB) in $(tock)s"
+            echo "$hash" | write_atomic "$BASE/image/$key.hash"
+            log "built the rootfs tar of $image ($(($(stat -c %s "$tar") / 1024)) KiB) in $(tock)s"
         fi
         tick
         quiet=()
         [[ $rt == podman ]] && quiet=(-q)   # no progress lines
-        "$rt" import "${quiet[@]}" "${changes[@]}" "$tar" "$IMAGE" >/dev/null || die "$rt import failed"
-        [[ $(image_label "$rt") == "$hash" ]] || die "$rt: $IMAGE lacks label $IMAGE_LABEL=$hash after import"
+        "$rt" import "${quiet[@]}" "${changes[@]}" "$tar" "$image" >/dev/null || die "$rt import of $image failed"
+        [[ $(image_label "$rt" "$image") == "$hash" ]] || die "$rt: $image lacks label $IMAGE_LABEL=$hash after import"
         "$rt" image prune -f >/dev/null 2>&1 || true   # the image it replaced
-        log "$rt: imported $IMAGE ($hash) in $(tock)s"
+        log "$rt: imported $image ($hash) in $(tock)s"
     done
+}
+
+ensure_images() {
+    local mxnet_changes
+    rm -f "$BASE/image/rootfs.tar" "$BASE/image/rootfs.hash"   # before the MXNet image
+    ensure_image "$IMAGE" busybox "$(busybox_hash)" "${IMAGE_CHANGES[@]}"
+    mapfile -t mxnet_changes < <(bash "$MXNET_BUILD" --changes)
+    ensure_image "$MXNET_IMAGE" mxnet "$(bash "$MXNET_BUILD" --inputs | sha256sum | cut -c1-16)" \
+        "${mxnet_changes[@]}"
 }
 
 # --- the host's Python in the containers ---------------------------------
@@ -337,7 +365,8 @@ hello_ok() { tcp_hello "$1" && [[ $HELLO == mxbatch-pong ]]; }
 
 # check_runtime RT: the checks for one runtime; SUMMARY gets its times
 check_runtime() {
-    local rt=$1 marker rm_opts name=$CHECK_NAME-$1 out port ms t_true=() t_mx envf
+    local rt=$1 marker rm_opts name=$CHECK_NAME-$1 out port ms t_true=() t_mx t_img envf
+    local version python uid
     case $rt in
         docker) marker=/.dockerenv rm_opts=(-f) ;;
         podman) marker=/run/.containerenv rm_opts=(-f -t 0) ;;
@@ -358,6 +387,20 @@ check_runtime() {
     t_mx=$(tock)
     [[ $out == "$MXNET_VERSION" ]] || die "$rt: import mxnet printed '$out', want '$MXNET_VERSION'"
     log "$rt: run --rm --network host --init <mounts> $PY -c 'import mxnet': $out in ${t_mx}s"
+
+    # the MXNet image's own Python, as its PATH finds it, with no mounts
+    tick
+    out=$("$rt" run --rm --network host --init "$MXNET_IMAGE" python3 -c \
+        'import mxnet, os, sys; print(mxnet.__version__, sys.executable, os.getuid())' 2>&1) \
+        || die "$rt: python3 cannot import mxnet in $MXNET_IMAGE: $out"
+    t_img=$(tock)
+    read -r version python uid <<<"$out"
+    [[ -n $uid && $python != "$PY" ]] || die "$rt: python3 -c 'import mxnet' in $MXNET_IMAGE printed '$out'"
+    if [[ -n ${MXNET_FACTS:-} && $MXNET_FACTS != "$out" ]]; then
+        die "$rt: $MXNET_IMAGE has mxnet, python, uid '$out', another runtime's has '$MXNET_FACTS'"
+    fi
+    MXNET_FACTS=$out MXNET_IMAGE_PYTHON=$python MXNET_IMAGE_UID=$uid
+    log "$rt: run --rm --network host --init $MXNET_IMAGE python3 -c 'import mxnet': mxnet $version, $python, uid $uid in ${t_img}s"
 
     tick
     "$rt" run --rm --network host "$IMAGE" test -f "$marker" \
@@ -390,7 +433,7 @@ check_runtime() {
     [[ -z $("$rt" ps -a -q --filter "name=^$name\$") ]] || die "$rt: $name still there after rm"
     ((ms <= RM_MAX_MS)) || die "$rt: rm ${rm_opts[*]} of a running container took ${ms} ms (limit $RM_MAX_MS)"
     log "$rt: rm ${rm_opts[*]} of a running container: ${ms} ms"
-    SUMMARY+=("$rt: run --rm true ${t_true[*]} s, import mxnet ${t_mx} s, rm -f ${ms} ms")
+    SUMMARY+=("$rt: run --rm true ${t_true[*]} s, import mxnet ${t_mx} s (MXNet image ${t_img} s), rm -f ${ms} ms")
 }
 
 # --- env file --------------------------------------------------------------
@@ -425,7 +468,7 @@ write_env() {
             echo "# under $PODMAN_DIR)"
             echo "export CONTAINERS_STORAGE_CONF=$(shq "$PODMAN_STORAGE_CONF")"
         fi
-        echo "# MXBATCH_TEST_IMAGE: the test image, in every runtime below (busybox, no Python)"
+        echo "# MXBATCH_TEST_IMAGE: the fast tests' image, in every runtime below (busybox, no Python)"
         echo "export MXBATCH_TEST_IMAGE=$(shq "$IMAGE")"
         echo "# MXBATCH_TEST_CONTAINER_MOUNTS: comma-separated src:dst:ro bind mounts that let"
         echo "# MXBATCH_TEST_CONTAINER_PYTHON run (with mxnet) in MXBATCH_TEST_IMAGE"
@@ -433,6 +476,13 @@ write_env() {
         echo "# MXBATCH_TEST_CONTAINER_PYTHON: the venv interpreter, same path on the host and"
         echo "# in the container"
         echo "export MXBATCH_TEST_CONTAINER_PYTHON=$(shq "$PY")"
+        echo "# MXBATCH_TEST_MXNET_IMAGE: an image like the ones users run, in every runtime"
+        echo "# below: its own Python with mxnet first on its PATH, a non-root default user"
+        echo "export MXBATCH_TEST_MXNET_IMAGE=$(shq "$MXNET_IMAGE")"
+        echo "# MXBATCH_TEST_MXNET_PYTHON: what python3 is in MXBATCH_TEST_MXNET_IMAGE (sys.executable)"
+        echo "export MXBATCH_TEST_MXNET_PYTHON=$(shq "$MXNET_IMAGE_PYTHON")"
+        echo "# MXBATCH_TEST_MXNET_UID: the uid MXBATCH_TEST_MXNET_IMAGE runs as by default"
+        echo "export MXBATCH_TEST_MXNET_UID=$(shq "$MXNET_IMAGE_UID")"
         echo "# MXBATCH_TEST_RUNTIMES: the runtimes that passed the checks"
         echo "export MXBATCH_TEST_RUNTIMES=$(shq "$RUNTIMES")"
     } | write_atomic "$ENV_FILE"
@@ -467,7 +517,7 @@ main() {
             podman) write_podman_conf; check_podman_info ;;
         esac
     done
-    ensure_image
+    ensure_images
 
     SUMMARY=()
     for rt in $RUNTIMES; do check_runtime "$rt"; done

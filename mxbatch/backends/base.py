@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import os
 import shutil
+import socket
 import sys
 from pathlib import Path
 from typing import (
@@ -44,12 +46,14 @@ from typing import (
 
 from ..errors import MxbatchError
 from ..quoting import env_assignments, shell_words
+from ..runtime import osbytes
+from ..runtime.attempts import AttemptsRecord, read_attempts
 from ..runtime.layout import RunLayout
 from ..runtime.planfile import DEFAULT_ABORT_POLL_S, RunPlan
-from ..runtime.rendezvous import FileRendezvous, Rendezvous
+from ..runtime.rendezvous import FileRendezvous, Rendezvous, atomic_write_json
 from ..runtime.roles import Role
-from ..runtime.states import AbortKind, AbortRecord
-from ..spec.plan import JobPlan
+from ..runtime.states import AbortKind, AbortRecord, EndReason
+from ..spec.plan import DEFAULT_MAX_TASKS, JobPlan
 from ..spec.schema import ContainerRuntime, JobSpec
 from ..spec.typed import from_data, to_data
 from . import containers, rundir
@@ -173,7 +177,19 @@ HandleT = TypeVar("HandleT", bound=Handle)
 def cancel_abort() -> AbortRecord:
     """The abort record ``mxbatch cancel`` writes."""
     return AbortRecord(kind=AbortKind.CANCELLED, reason="cancelled by the user",
-                       by="mxbatch cancel")
+                       by="mxbatch cancel", end=EndReason.CANCELLED)
+
+
+def attempts_of(record: JobRecord) -> Optional[AttemptsRecord]:
+    """The job's attempts (``attempts.json``); None before its attempt loop started, or
+    for a job that has none (a batch job with restarts off)."""
+    return read_attempts(record.layout.attempts_record)
+
+
+def current_attempt(record: JobRecord) -> int:
+    """The index of the job's current attempt (0 without an attempts record)."""
+    attempts = attempts_of(record)
+    return attempts.current.index if attempts is not None else 0
 
 
 class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
@@ -194,6 +210,13 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     poll_interval_s: ClassVar[float] = 1.0
     #: how often supervisors look for the abort record (the file on shared storage)
     abort_poll_s: ClassVar[float] = DEFAULT_ABORT_POLL_S
+    #: the most tasks a job may have here unless its spec's ``max_tasks`` says otherwise
+    #: (a count beyond it is a mistake far more often than a plan)
+    max_tasks: ClassVar[int] = DEFAULT_MAX_TASKS
+    #: what a signal to a task's supervisor means here (signal name -> ``EndReason``
+    #: value): a batch system's SIGTERM is a preemption, its warning before the time
+    #: limit the walltime
+    signal_ends: ClassVar[Dict[str, str]] = {}
 
     def __init__(self, options: Optional[OptionsT] = None) -> None:
         """``options``: an ``options_class`` instance; its defaults when None."""
@@ -211,7 +234,23 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         return cls(from_data(cls.options_class, record.options, strict=False))
 
     def handle_of(self, record: JobRecord) -> HandleT:
+        """The native ids of the job's current attempt: those of the attempt's native
+        submission (``attempts.json``) for a batch job's relaunch, else the record's."""
+        attempts = attempts_of(record)
+        if attempts is not None and attempts.current.native:
+            return self.handle_class.from_dict(attempts.current.native)
         return self.handle_class.from_dict(record.handle)
+
+    def attempt_handles(self, record: JobRecord) -> List[HandleT]:
+        """The native ids of every attempt of the job, the first's first (cancel makes
+        sure nothing of any of them is left)."""
+        handles = [self.handle_class.from_dict(record.handle)]
+        attempts = attempts_of(record)
+        for attempt in attempts.attempts if attempts is not None else []:
+            handle = self.handle_class.from_dict(attempt.native) if attempt.native else None
+            if handle is not None and handle not in handles:
+                handles.append(handle)
+        return handles
 
     # ------------------------------------------------------------------ checks
     def check(self, plan: JobPlan) -> None:
@@ -228,6 +267,12 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         from ..doctor.checks import environment_check
 
         return [environment_check(self)]
+
+    def workdir_is_here(self) -> bool:
+        """Whether the spec's ``workdir`` as this machine sees it is what the roles run in
+        (shipped or synced from here, or on storage shared with the nodes), so that a
+        file missing here is missing for them too. Default: true."""
+        return True
 
     def check_container(self, spec: JobSpec) -> None:
         """SpecError at ``container`` if the spec asks for a container runtime this
@@ -270,6 +315,25 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
                          spec_path=str(plan.spec.source) if plan.spec.source else None,
                          handle=handle.to_dict(), options=to_data(self.options))
 
+    def started(self, record: JobRecord) -> None:
+        """The job is submitted and its record saved: start what drives it beyond this
+        process (a batch job's driver of attempts, with restarts on). Default: nothing."""
+
+    #: a batch or YARN job with restarts has a driver process of its attempts
+    #: (``driver``), which relaunches it through ``relaunch``
+    def relaunch(self, record: JobRecord, run: RunPlan, attempt: Any,
+                 rollback: Rollback) -> HandleT:
+        """Submit attempt ``attempt`` (a ``jobloop.AttemptContext``: its index, why, the
+        hosts to leave out) of a submitted job natively; its handle."""
+        raise NotImplementedError(f"backend {self.name!r} cannot relaunch a job")
+
+    def lost_end(self, record: JobRecord, handle: HandleT, run: RunPlan,
+                 lost: List[Any]) -> Optional[Any]:
+        """What the scheduler says of tasks whose supervisors vanished (``lost``: their
+        ``TaskStatus``): an ``attempts.AttemptEnd`` (node failure, preemption, time
+        limit), or None when it knows nothing more."""
+        return None
+
     def attach(self, request: RequestT) -> Optional[RequestT]:
         """The request for supervising the job in this process (``supervise_here``),
         for an attached ``submit --wait``/``launch``; None when this backend cannot."""
@@ -287,9 +351,9 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         """Per-task and job state, merged from records and the backend's view."""
 
     def rendezvous(self, record: JobRecord) -> Rendezvous:
-        """The job's shared state (task records, abort) as the CLI reads and writes it:
-        by default the files of the run directory."""
-        return FileRendezvous(record.run_dir)
+        """The shared state (task records, abort) of the job's current attempt as the CLI
+        reads and writes it: by default the files of the run directory."""
+        return FileRendezvous(record.run_dir, current_attempt(record))
 
     # ------------------------------------------------------------------ cancelling
     def await_stopped(self, record: JobRecord, handle: HandleT,
@@ -303,25 +367,46 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
 
     def cancel(self, record: JobRecord) -> None:
         """Stop the job; idempotent; nothing remains queued or running afterwards (its
-        containers on this host included, whatever killed their supervisors)."""
+        containers on this host included, whatever killed their supervisors). The
+        job's own cancel record comes first (an attempt loop waiting between two
+        attempts starts no other), then the current attempt's abort record."""
         handle = self.handle_of(record)
         run = load_run_plan(record)
         if not self.status(record).terminal:
+            atomic_write_json(record.layout.cancel, cancel_abort().to_dict())
             self.rendezvous(record).write_abort(cancel_abort())
             self.await_stopped(record, handle, run)
-        self.remove(record, handle, run)
+            self.await_driver(record, run)
+        for each in self.attempt_handles(record):  # the current one, any queued one
+            self.remove(record, each, run)
         containers.remove_leftovers(run)
 
+    def await_driver(self, record: JobRecord, run: RunPlan) -> None:
+        """After a cancel: wait (bounded) until the driver of the job's attempts has
+        ended (it starts no other attempt once the cancel record is there)."""
+        from ..runtime import procs
+
+        attempts = attempts_of(record)
+        if attempts is None or attempts.final or attempts.driver_pid is None:
+            return
+        if attempts.driver_pid != os.getpid() and attempts.driver_host == socket.gethostname():
+            procs.wait_gone([attempts.driver_pid], run.grace_s + 60)
+
     # ------------------------------------------------------------------ logs
-    def log_reader(self, record: JobRecord, role: Role, rank: int) -> Optional[LogReader]:
-        """How the CLI reads one task's log while following the job; None: the file
-        ``RunLayout.task_log`` on this machine."""
+    def log_reader(self, record: JobRecord, role: Role, rank: int,
+                   attempt: int = 0) -> Optional[LogReader]:
+        """How the CLI reads one task's log of ``attempt`` while following the job; None:
+        the file ``RunLayout.attempt(attempt).task_log`` on this machine."""
         return None
 
-    def logs(self, record: JobRecord, role: Role, rank: int) -> Iterator[str]:
-        """Lines of one task's log (stdout and stderr of the role, supervisor notes)."""
+    def logs(self, record: JobRecord, role: Role, rank: int,
+             attempt: int = 0) -> Iterator[str]:
+        """Lines of one task's log of ``attempt`` (stdout and stderr of the role,
+        supervisor notes)."""
+        path = record.layout.attempt(attempt).task_log(role.value, rank)
         try:
-            with open(record.layout.task_log(role.value, rank), errors="replace") as handle:
+            with open(path, encoding=osbytes.ENCODING,
+                      errors=osbytes.ERRORS) as handle:  # printed as the role wrote it
                 yield from handle
         except FileNotFoundError:
             return

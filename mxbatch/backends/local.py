@@ -4,7 +4,10 @@ one agent (``runtime.agent``), which runs at most ``slots`` at a time.
 Detached (``submit``), ``launch`` starts the agent as a job manager of its own
 (``runtime.pyz agent``, its own session). Attached (``submit --wait``, ``mxbatch
 launch``), the CLI process itself is the agent (``supervise_here``): no other process
-stands between the user and the roles, and Ctrl-C cancels the job. Tasks advertise
+stands between the user and the roles, and Ctrl-C cancels the job. Either runs the
+job's attempts (``jobloop.AttemptLoop``): with ``restarts``, a relaunch is the next
+attempt in the same process; SIGTERM to it is a preemption when ``restarts.on`` lists
+it (the workers checkpoint, the job relaunches), else a cancel. Tasks advertise
 127.0.0.1 unless an interface is given. ``cancel`` writes the abort record, gives the
 agent the grace period to stop the roles, then SIGKILLs whatever of the job is left
 (found by its ``MXBATCH_JOB_ID`` environment variable).
@@ -18,20 +21,21 @@ import signal
 import socket
 import subprocess
 import sys
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, ClassVar, Dict, List, Optional, Tuple
 
 from ..quoting import shell_words
 from ..runtime import net, procs, wire
 from ..runtime.agent import Agent
+from ..runtime.jobloop import AttemptContext, AttemptLoop, attempt_plan, file_attempt_end
 from ..runtime.layout import RunLayout
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import FileRendezvous
-from ..runtime.states import TaskState
 from ..spec.plan import JobPlan
 from ..spec.typed import option
 from .base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
 from .records import JobRecord
-from .status import JobStatus, NativeState, merge
+from .status import JobStatus
+from .supervised import status_supervised_here
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +76,9 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
     options_class = LocalOptions
     handle_class = LocalHandle
     poll_interval_s = 0.05  # reading a few local files
+    max_tasks = 1_000  # processes of one machine
+    #: when restarts.on lists it; else a cancel
+    signal_ends: ClassVar[Dict[str, str]] = {"SIGTERM": "preempted"}
 
     def check(self, plan: JobPlan) -> None:
         interface = plan.spec.network.interface
@@ -108,28 +115,31 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
 
     def supervise_here(self, record: JobRecord,
                        on_tick: Callable[[], None]) -> Optional[str]:
-        """Run the agent of an attached job in this process until every task ended;
-        a signal (Ctrl-C) cancels the job."""
+        """Run the agent of an attached job in this process, attempt after attempt, until
+        the job ended; a signal (Ctrl-C) cancels the job."""
         plan = load_run_plan(record)
-        agent = Agent(plan, list(plan.tasks), FileRendezvous(record.run_dir),
-                      slots=self.options.slots, signals_cancel=True, on_tick=on_tick)
-        agent.run()
-        return agent.signal_received
+        received = []
+
+        def run_attempt(ctx: AttemptContext):
+            rdv = FileRendezvous(record.run_dir, ctx.index)
+            agent = Agent(attempt_plan(plan, ctx.started_at, ctx.index), list(plan.tasks),
+                          rdv, slots=self.options.slots, signals_cancel=True,
+                          on_tick=on_tick, attempt=ctx.index,
+                          restart_reason=ctx.reason_name)
+            agent.run()
+            if agent.signal_received and not received:
+                received.append(agent.signal_received)
+            return file_attempt_end(plan, rdv)
+
+        loop = AttemptLoop(plan, run_attempt, on_tick=on_tick)
+        outcome = loop.run().outcome
+        cancelled = outcome is not None and outcome.value == "cancelled"
+        if loop.signal_received:
+            return loop.signal_received
+        return received[0] if received and cancelled else None
 
     def status(self, record: JobRecord) -> JobStatus:
-        plan = load_run_plan(record)
-        rdv = FileRendezvous(record.run_dir)
-        # liveness first, records second: an agent that has ended wrote its final
-        # records before, so they are read complete (never "gone without a record")
-        alive = procs.pid_alive(self.handle_of(record).manager_pid)
-        records = rdv.read_tasks(plan.task_keys())
-        native = {}
-        for key in plan.task_keys():
-            rec = records.get(key)
-            started = rec is not None and rec.state is not TaskState.PENDING  # not queued
-            native[key] = (NativeState.GONE if not alive
-                           else NativeState.ACTIVE if started else NativeState.QUEUED)
-        return merge(plan, self.name, records, rdv.read_abort(), native)
+        return status_supervised_here(self.name, record, self.handle_of(record).manager_pid)
 
     def remove(self, record: JobRecord, handle: LocalHandle, run: RunPlan) -> None:
         """The manager exits once its roles have (it stops them on the abort record

@@ -94,3 +94,13 @@ def all_records() -> List[JobRecord]:
         except (OSError, ValueError):
             continue
     return sorted(records, key=lambda r: r.submitted_at, reverse=True)
+
+
+def delete(job_id: str) -> Path:
+    """Remove the record of ``job_id`` (``clean``); its path. Missing: nothing to do."""
+    path = _jobs_dir() / f"{job_id}.json"
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    return path

@@ -14,7 +14,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Type
 
-from ..errors import MxbatchError, did_you_mean
+from ..errors import MxbatchError, SpecError, SpecErrors, did_you_mean
 from ..spec import config as siteconfig
 from ..spec.parse import parse_options
 from ..spec.schema import JobSpec
@@ -43,6 +43,11 @@ _VARIANTS: Dict[str, str] = {
 def names() -> List[str]:
     """Every backend name, sorted."""
     return sorted(set(_BUILTIN) | set(_plugins()))
+
+
+def builtin_names() -> List[str]:
+    """The names of the backends mxbatch itself ships, sorted."""
+    return sorted(_BUILTIN)
 
 
 def _plugins() -> Dict[str, str]:
@@ -77,9 +82,15 @@ def options_for(spec: JobSpec, name: str) -> Any:
     is an error too, at its file:line:key); the chosen one's options, or its defaults
     when the spec has no block for it."""
     check_spec_backends(spec)
-    parsed = {block: parse_options(backend_class(block).options_class, data,
-                                   ("backends", block), spec.locations)
-              for block, data in spec.backend_options.items()}
+    parsed, problems = {}, []
+    for block, data in spec.backend_options.items():
+        try:
+            parsed[block] = parse_options(backend_class(block).options_class, data,
+                                          ("backends", block), spec.locations)
+        except SpecError as exc:  # every block's problems, reported together
+            problems += exc.errors if isinstance(exc, SpecErrors) else [exc]
+    if problems:
+        raise SpecErrors.of(problems)
     return parsed[name] if name in parsed else backend_class(name).options_class()
 
 

@@ -3,7 +3,8 @@
 ``check_writable`` runs before anything is created so a bad ``rendezvous.dir``
 fails with nothing half-done; ``create`` makes the directory (mode 0700) with
 ``plan.json``, ``runtime.pyz``, the exception hook, ``logs/``, and every record
-file the tasks will look for (``FileRendezvous.prepare``: a task never looks for a
+file the tasks will look for (attempt 0's; the attempt loop prepares a later one's),
+``attempts.json`` and ``cancel.json`` (``FileRendezvous.prepare``: a task never looks for a
 file that does not exist yet, which an NFS client would cache as missing).
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from ..errors import SpecError
 from ..runtime import pyhook
 from ..runtime.layout import RunLayout
-from ..runtime.rendezvous import FileRendezvous
+from ..runtime.rendezvous import FileRendezvous, atomic_write_json
 from ..spec.plan import JobPlan
 from . import bundle
 
@@ -47,4 +48,6 @@ def create(plan: JobPlan) -> RunLayout:
     bundle.write_runtime(Path(layout.runtime))
     pyhook.install(layout.pyhook_dir)
     FileRendezvous(layout.root).prepare(plan.run)
+    for path in (layout.attempts_record, layout.cancel):
+        atomic_write_json(path, {})  # unwritten: read by name, never looked up missing
     return layout

@@ -2,21 +2,31 @@
 
 Backends report, per task, only what they can see natively (``NativeState``:
 queued, active, gone); the supervisors' records say what happened inside.
-``merge`` combines both with one set of rules for every backend.
+``merge`` combines both with one set of rules for every backend, for the job's current
+attempt; ``with_attempts`` then adds what ``attempts.json`` says of every attempt
+(the job goes on between two attempts, and ends when the attempt loop says so).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Dict, List, Mapping, Optional
+import statistics
+import time
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from ..runtime.attempts import AttemptsRecord
+from ..runtime.metrics import SAMPLES_PER_SEC
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import TaskKey
 from ..runtime.roles import Role
-from ..runtime.states import AbortKind, AbortRecord, TaskRecord, TaskState
+from ..runtime.states import AbortKind, AbortRecord, EndReason, TaskRecord, TaskState
 from ..runtime.watch import workers_succeeded
 from ..spec.typed import to_data
+from .psrank import kv_ranks
+
+#: a running worker below this fraction of its peers' median throughput is a straggler
+STRAGGLER_RATIO = 0.5
 
 
 class NativeState(str, enum.Enum):
@@ -49,6 +59,15 @@ class TaskStatus:
     log: str = ""
     native: Optional[str] = None
     started_at: Optional[float] = None
+    ended_at: Optional[float] = None
+    #: the latest metrics the role printed (``runtime.metrics``)
+    metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
+    #: MXNet's rank of a worker (``kv.rank``) when known: see ``psrank``
+    kv_rank: Optional[int] = None
+
+    @property
+    def samples_per_sec(self) -> Optional[float]:
+        return self.metrics.get(SAMPLES_PER_SEC)
 
     @property
     def label(self) -> str:
@@ -56,7 +75,26 @@ class TaskStatus:
 
 
 @dataclasses.dataclass
+class AttemptStatus:
+    """One attempt of the job, as ``status`` shows it: ``reason`` is how it ended (None:
+    it runs), ``decision`` what the restart policy made of it."""
+
+    index: int
+    started_at: float
+    ended_at: Optional[float] = None
+    reason: Optional[str] = None
+    detail: str = ""
+    decision: str = ""
+    restart_reason: Optional[str] = None
+    excluded: List[str] = dataclasses.field(default_factory=list)
+    native: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
 class JobStatus:
+    """The job's state; its tasks are those of the current attempt (``attempt``, of at
+    most ``max_attempts``), ``attempts`` every attempt so far."""
+
     job_id: str
     backend: str
     state: JobState
@@ -64,9 +102,30 @@ class JobStatus:
     reason: str = ""
     log: Optional[str] = None
     terminal: bool = False
+    attempt: int = 0
+    max_attempts: int = 1
+    attempts: List[AttemptStatus] = dataclasses.field(default_factory=list)
+    excluded_hosts: List[str] = dataclasses.field(default_factory=list)
+    #: the task whose failure ended the job (``worker[1]``), when one did
+    cause_task: str = ""
+    #: the workers' latest throughput together (running workers; all of them once none
+    #: runs), None while no worker reported one
+    samples_per_sec: Optional[float] = None
+    #: running workers far slower than their peers (``stragglers``)
+    stragglers: List[str] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         return to_data(self)
+
+    def task(self, label: str) -> Optional[TaskStatus]:
+        """The task called ``label`` (``worker[1]``), if the job has it."""
+        return next((t for t in self.tasks if t.label == label), None)
+
+    @property
+    def ended_at(self) -> Optional[float]:
+        """When the job's last task ended (epoch seconds), once the job has ended."""
+        ends = [t.ended_at for t in self.tasks if t.ended_at]
+        return max(ends) if self.terminal and ends else None
 
 
 def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
@@ -79,17 +138,21 @@ def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
         tasks.append(_task_status(info.role, info.rank, records.get(key),
                                   native.get(key, NativeState.UNKNOWN), abort,
                                   (native_ids or {}).get(key)))
+    _set_kv_ranks(tasks, records)
     active = any(t.state.active for t in tasks)
     queued = any(t.state is TaskState.PENDING for t in tasks)
+    total, slow = throughput(tasks)
     lost = [t for t in tasks if t.state is TaskState.LOST]
     status = JobStatus(job_id=plan.job_id, backend=backend, state=JobState.RUNNING,
-                       tasks=tasks)
+                       tasks=tasks, samples_per_sec=total, stragglers=slow)
     if abort is not None:
         status.state = (JobState.CANCELLED if abort.kind is AbortKind.CANCELLED
                         else JobState.FAILED)
         status.reason = abort.reason
         status.log = abort.log
         status.terminal = not active
+        if abort.kind is AbortKind.FAILED:
+            status.cause_task = _cause_task(abort, tasks)
     elif workers_succeeded(plan, records) and not active:
         status.state = JobState.SUCCEEDED
         status.terminal = not queued
@@ -99,9 +162,47 @@ def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
                                   for t in lost)
         status.log = lost[0].log or None
         status.terminal = not active
+        status.cause_task = lost[0].label
     elif not active:
         status.state = JobState.PENDING
     return status
+
+
+def _set_kv_ranks(tasks: List[TaskStatus], records: Mapping[TaskKey, TaskRecord]) -> None:
+    """Each worker's ``kv_rank``, once every worker has an address (``psrank``)."""
+    workers = [t for t in tasks if t.role is Role.WORKER]
+    addresses = []
+    for task in workers:
+        record = records.get((task.role, task.rank))
+        addresses.append((task.label, record.address if record is not None else ""))
+    ranks = kv_ranks(addresses)
+    for task in workers:
+        task.kv_rank = ranks.get(task.label)
+
+
+def throughput(tasks: List[TaskStatus]) -> Tuple[Optional[float], List[str]]:
+    """The workers' samples/s together, and the stragglers: running workers whose
+    throughput is below ``STRAGGLER_RATIO`` of the median of the other running
+    workers' (at least two workers must report one)."""
+    workers = [t for t in tasks if t.role is Role.WORKER and t.samples_per_sec is not None]
+    running = [t for t in workers if t.state is TaskState.RUNNING]
+    counted = running or workers
+    total = round(sum(t.samples_per_sec or 0.0 for t in counted), 2) if counted else None
+    slow = []
+    if len(running) >= 2:
+        for task in running:
+            peers = [t.samples_per_sec or 0.0 for t in running if t is not task]
+            if (task.samples_per_sec or 0.0) < STRAGGLER_RATIO * statistics.median(peers):
+                slow.append(task.label)
+    return total, slow
+
+
+def _cause_task(abort: AbortRecord, tasks: List[TaskStatus]) -> str:
+    """The task a failure abort names, else the first task that failed by itself."""
+    if abort.role is not None and abort.rank is not None:
+        return f"{abort.role.value}[{abort.rank}]"
+    failed = [t for t in tasks if t.state is TaskState.FAILED]
+    return failed[0].label if failed else ""
 
 
 def _task_status(role: Role, rank: int, record: Optional[TaskRecord], native: NativeState,
@@ -122,4 +223,61 @@ def _task_status(role: Role, rank: int, record: Optional[TaskRecord], native: Na
         state = TaskState.STARTING
     return TaskStatus(role=role, rank=rank, state=state, host=record.host, pid=record.pid,
                       exit_code=record.exit_code, signal=record.signal, note=note,
-                      log=record.log, native=native_id, started_at=record.started_at)
+                      log=record.log, native=native_id, started_at=record.started_at,
+                      ended_at=record.ended_at, metrics=dict(record.metrics))
+
+
+def with_attempts(status: JobStatus, plan: RunPlan, record: Optional[AttemptsRecord],
+                  driver_alive: bool, now: Optional[float] = None) -> JobStatus:
+    """``status`` (of the current attempt, from ``merge``) with the job's attempts.
+
+    While the attempt loop goes on (its driver lives and it has not said the job is
+    over) the job is not over, whatever the current attempt's state: between two
+    attempts it is RUNNING, saying which attempt ended how and when the next starts.
+    Once the loop is final, the job's state is its outcome, and the reason says why no
+    attempt followed. Without a record (a job the loop has not started yet, or a job
+    without a loop: a batch job with restarts off) the status is the attempt's alone."""
+    status.max_attempts = plan.restarts.attempts
+    if record is None:
+        return status
+    now = time.time() if now is None else now
+    status.attempt = record.current.index
+    status.excluded_hosts = list(record.excluded_hosts)
+    status.attempts = [AttemptStatus(index=a.index, started_at=a.started_at,
+                                     ended_at=a.ended_at,
+                                     reason=a.reason.value if a.reason else None,
+                                     detail=a.detail, decision=a.decision,
+                                     restart_reason=(a.restart_reason.value
+                                                     if a.restart_reason else None),
+                                     excluded=list(a.excluded), native=dict(a.native))
+                       for a in record.attempts]
+    current = record.current
+    if record.final:
+        outcome = record.outcome
+        active = any(t.state.active for t in status.tasks)
+        if outcome is EndReason.SUCCEEDED:
+            status.state = JobState.SUCCEEDED
+        elif outcome is EndReason.CANCELLED:
+            status.state = JobState.CANCELLED
+            status.reason = status.reason or record.note
+        else:
+            status.state = JobState.FAILED
+            cause = current.detail or (outcome.value if outcome else "")
+            if len(record.attempts) > 1 or plan.restarts.enabled:
+                cause = "%s (%s)" % (cause, record.note) if record.note else cause
+            status.reason = cause
+        status.terminal = not active
+        return status
+    if not driver_alive:
+        return status  # the loop is gone: what the attempt's records say, as without one
+    status.terminal = False
+    if record.waiting:
+        status.state = JobState.RUNNING
+        wait = max(0.0, (record.next_at or now) - now)
+        status.reason = ("attempt %d ended: %s%s; attempt %d starts %s"
+                         % (current.index, current.reason.value if current.reason else "?",
+                            " (%s)" % current.detail if current.detail else "",
+                            current.index + 1,
+                            "in %ds" % round(wait) if wait >= 1 else "now"))
+    # else the attempt runs, or has just ended and the loop has yet to record it
+    return status

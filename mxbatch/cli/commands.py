@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Dict, List, Optional, Tuple
 
 import click
 
@@ -16,27 +17,35 @@ from .. import __version__
 from ..backends import records
 from ..backends.registry import load_site_config
 from ..backends.status import JobState, JobStatus
-from ..errors import ExitCode, JobNotFound, MxbatchError
+from ..errors import ExitCode, MxbatchError
 from ..jobs import submit as jobs
-from ..jobs.follow import LogTail, follow, supervise
+from ..jobs.cause import Cause, failure_cause
+from ..jobs.follow import follow, supervise
 from ..jobs.interrupts import HeldSignals, check_interrupted
+from ..jobs.scripts import missing_scripts
 from ..runtime.roles import Role
 from ..spec import config as siteconfig
 from ..spec import parse as specs
+from ..spec.envflags import common_env
 from ..spec.schema import DEFAULT_BACKEND
 from . import jsonout
 from . import launch as launchcli
-from .completion import backend_names, job_ids, profile_names
+from .completion import job_ids, profile_names
 from .internal import internal_error
+from .params import Duration, backend_option
+from .tables import task_table, throughput_text
 
-_BACKEND = click.option("--backend", "-b", default=None, shell_complete=backend_names,
-                        help="Where to run: local, sge, slurm, yarn, or a plugin's name "
-                             f"(default: the spec's or profile's backend, else {DEFAULT_BACKEND}).")
+_BACKEND = backend_option(f"the spec's or profile's backend, else {DEFAULT_BACKEND}")
 _JSON = click.option("--json", "as_json", is_flag=True,
-                     help="Print one JSON document on stdout (schema: docs/reference/json.md).")
+                     help=jsonout.OPTION_HELP)
 _PROFILE = click.option("--profile", "-p", default=None, metavar="NAME",
                         shell_complete=profile_names,
                         help="Site profile of the config file (default: its default_profile).")
+_NAME = click.option("--name", default=None, help="The job's name (overrides the spec's).")
+_ENV = click.option("--env", "-e", "env", multiple=True, metavar="NAME[=VALUE]",
+                    help="NAME=VALUE: set it for every role (over the spec's env); NAME: check "
+                         "that the submitter's NAME is set (roles inherit it). Repeatable.")
+_EXTRA_ARGS = click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
 _WORKERS = click.option("-n", "--workers", type=int, default=None,
                         help="Number of workers (overrides the spec).")
 _SERVERS = click.option("-s", "--servers", type=int, default=None,
@@ -74,6 +83,17 @@ class _Main(click.Group):
         except KeyboardInterrupt:
             raise MxbatchError("interrupted", ExitCode.INTERRUPTED) from None
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command's whole first sentence, wrapped rather than cut at the width."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def main(self, *args, **kwargs):
         try:
             return super().main(*args, **kwargs)
@@ -102,17 +122,35 @@ def main() -> None:
               help="Follow the job, stream its logs and exit with its outcome.")
 @click.option("--quiet", "-q", is_flag=True,
               help="With --wait: do not stream logs nor show the status line.")
+@click.option("--max-restarts", type=int, default=None, metavar="N",
+              help="Relaunch the job up to N times (overrides restarts.max).")
+@_NAME
+@_ENV
 @_JSON
+@_EXTRA_ARGS
 def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
            servers: Optional[int], profile: Optional[str], wait: bool, quiet: bool,
-           as_json: bool) -> None:
-    """Submit the job described by SPEC_FILE; print its id."""
-    spec = siteconfig.load_job(spec_file, profile=profile, site=load_site_config())
+           max_restarts: Optional[int], name: Optional[str], env: Tuple[str, ...],
+           as_json: bool, extra_args: Tuple[str, ...]) -> None:
+    """Submit the job described by SPEC_FILE; print its id.
+
+    Arguments after -- are appended to every role's command:
+    mxbatch submit job.yaml -- --epochs 3
+    """
+    spec = _spec_with_flags(spec_file, profile, name, env, extra_args)
     _submit_and_maybe_follow(spec, siteconfig.backend_name(spec, backend), workers, servers,
-                             wait, quiet, as_json)
+                             wait, quiet, as_json, max_restarts=max_restarts)
 
 
-@main.command(context_settings=launchcli.CONTEXT)
+def _spec_with_flags(spec_file: Path, profile: Optional[str], name: Optional[str],
+                     env: Tuple[str, ...], extra_args: Tuple[str, ...]) -> specs.JobSpec:
+    """The spec of ``submit``/``render`` with ``--name``, ``--env`` and ``-- ARGS``."""
+    spec = siteconfig.load_job(spec_file, profile=profile, site=load_site_config())
+    return specs.with_overrides(spec, name=name, env=common_env(env, os.environ),
+                                extra_args=extra_args)
+
+
+@main.command(cls=launchcli.LaunchCommand, context_settings=launchcli.CONTEXT)
 @launchcli.options
 def launch(**flags) -> None:
     """Run COMMAND for every role: MXNet's launch.py command line (no spec file).
@@ -123,14 +161,27 @@ def launch(**flags) -> None:
     mxbatch launch -n 2 -H hosts --launcher ssh python3 train.py --kvstore dist_sync
     """
     spec, backend, args = launchcli.launch_job(flags)
+    launchcli.warn_misplaced_flags(args)
+    if args.render == launchcli.RENDER_YAML:
+        click.echo(launchcli.spec_yaml(args, backend), nl=False)
+        return
+    if args.render:
+        _render(spec, backend, args.render, None, None, launchcli.count_flags(args))
+        return
     _submit_and_maybe_follow(spec, backend, None, None, not args.detach, args.quiet,
-                             args.as_json)
+                             args.as_json, count_flags=launchcli.count_flags(args))
 
 
 def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Optional[int],
                              servers: Optional[int], wait: bool, quiet: bool,
-                             as_json: bool = False) -> None:
-    backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers)
+                             as_json: bool = False,
+                             count_flags: Optional[Dict[Role, str]] = None,
+                             max_restarts: Optional[int] = None) -> None:
+    backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers,
+                                    count_flags=count_flags, max_restarts=max_restarts)
+    if backend.workdir_is_here():
+        for missing in missing_scripts(spec):
+            _err(f"mxbatch: warning: {missing.message()}")
     attached = backend.attach(request) if wait else None
     check_interrupted()  # a Ctrl-C Python dropped while preparing: submit nothing
     # from here until the job is supervised (or followed), Ctrl-C is held back so that
@@ -139,8 +190,8 @@ def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Op
         record = jobs.submit(backend, attached or request)
         if as_json and not wait:
             click.echo(jsonout.dumps(jsonout.document(_record_data(record))))
-        elif not as_json:
-            click.echo(record.job_id)
+        elif not as_json and not (wait and _one_terminal()):
+            click.echo(record.job_id)  # for scripts; a terminal reads it on stderr below
         _err(f"mxbatch: submitted {record.job_id} to {record.backend}; "
              f"run directory {record.run_dir}")
         if attached is not None:
@@ -152,14 +203,31 @@ def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Op
                              as_json=as_json, held=held)
 
 
+def _one_terminal() -> bool:
+    """stdout and stderr are the same terminal: an attached job's id, which the
+    ``submitted`` line on stderr names, is then not printed twice."""
+    try:
+        return sys.stdout.isatty() and os.ttyname(1) == os.ttyname(2)
+    except OSError:
+        return False
+
+
 def _record_data(record: records.JobRecord) -> dict:
     return {"job_id": record.job_id, "backend": record.backend, "run_dir": record.run_dir,
             "submitted_at": record.submitted_at}
 
 
-def _print_final(record: records.JobRecord, status: JobStatus) -> None:
-    """``--json`` of an attached command: the final status."""
-    click.echo(jsonout.dumps(jsonout.document(dict(_record_data(record), **status.to_dict()))))
+def _status_document(record: records.JobRecord, status: JobStatus,
+                     cause: Optional[Cause]) -> dict:
+    """The JSON document of a job's status (``status``, ``wait``, attached commands)."""
+    return jsonout.document(dict(_record_data(record), **status.to_dict(),
+                                 cause=cause.to_dict() if cause else None))
+
+
+def _print_final(backend, record: records.JobRecord, status: JobStatus) -> None:
+    """``--json`` of an attached command: the final status, and its cause if it failed."""
+    click.echo(jsonout.dumps(_status_document(record, status,
+                                              failure_cause(backend, record, status))))
 
 
 def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *,
@@ -168,12 +236,12 @@ def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *
     ``held`` holds signals back until the supervisor has installed its handlers."""
     from .progress import Progress, choose_mode
 
-    started = time.time()
     progress = Progress(choose_mode(sys.stderr, quiet), sys.stderr, record.submitted_at)
     try:
         status, interrupted = supervise(backend, record, stream_logs=stream_logs,
                                         echo=progress.wrap(click.echo),
-                                        on_status=progress.on_status, held=held)
+                                        on_status=progress.on_status, held=held,
+                                        note=progress.wrap(_err))
     except KeyboardInterrupt:  # a second Ctrl-C before the supervisor took the signals
         progress.clear()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -182,8 +250,8 @@ def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *
     finally:
         progress.clear()
     if as_json:
-        _print_final(record, status)
-    _report(status, time.time() - started)
+        _print_final(backend, record, status)
+    _report(backend, record, status)
     if interrupted:
         sys.exit(ExitCode.INTERRUPTED)
     if status.state is not JobState.SUCCEEDED:
@@ -198,14 +266,13 @@ def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
     leaves it running. ``held``: signals held back since the submission, released here."""
     from .progress import Progress, choose_mode
 
-    started = time.time()
     progress = Progress(choose_mode(sys.stderr, quiet), sys.stderr, record.submitted_at)
     try:
         if held is not None:
             held.release()  # a Ctrl-C held back meanwhile: KeyboardInterrupt now
         status = follow(backend, record, stream_logs=stream_logs,
                         echo=progress.wrap(click.echo), timeout=timeout,
-                        on_status=progress.on_status)
+                        on_status=progress.on_status, note=progress.wrap(_err))
     except KeyboardInterrupt:
         progress.clear()
         if not cancel_on_interrupt:
@@ -219,32 +286,58 @@ def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
     finally:
         progress.clear()
     if as_json:
-        _print_final(record, status)
-    _report(status, time.time() - started)
+        _print_final(backend, record, status)
+    _report(backend, record, status)
     if status.state is not JobState.SUCCEEDED:
         sys.exit(ExitCode.JOB_FAILED)
 
 
-def _report(status: JobStatus, elapsed: float) -> None:
+def _report(backend, record: records.JobRecord, status: JobStatus) -> None:
+    """The final summary on stderr: the outcome, how long the job took (submission to
+    its last task's end), and for a failure its cause in the failing role's own words."""
+    duration = (status.ended_at or time.time()) - record.submitted_at
     if status.state is JobState.SUCCEEDED:
-        _err(f"mxbatch: job {status.job_id} SUCCEEDED ({elapsed:.1f}s)")
+        _err(f"mxbatch: job {status.job_id} SUCCEEDED ({duration:.1f}s)")
         return
     message = f"mxbatch: job {status.job_id} {status.state.value}"
     if status.reason:
         message += f": {status.reason}"
+    cause = failure_cause(backend, record, status)
+    if cause is not None:
+        message += f"\n{_cause_text(cause, 'mxbatch: ')}"
     if status.log:
         message += f"\nmxbatch: see the log: {status.log}"
     _err(message)
 
 
+def _cause_text(cause: Cause, prefix: str = "") -> str:
+    """The quoted last lines of the failing task, indented under a heading."""
+    return "\n".join([f"{prefix}{cause.task}'s last output:"]
+                     + [f"    {line}" for line in cause.lines])
+
+
 class _RenderCommand(click.Command):
-    """``render --help`` ends with every backend's ``backends.<name>:`` options."""
+    """``render --help`` ends with the ``backends.<name>:`` options of the backend that
+    ``-b`` names (default: local), or of every backend with ``--all``."""
+
+    def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        # --help is handled while parsing, before -b's value is processed: look ahead
+        ctx.meta["render.all"] = "--all" in args
+        for index, arg in enumerate(args):
+            if arg in ("-b", "--backend") and index + 1 < len(args):
+                ctx.meta["render.backend"] = args[index + 1]
+            elif arg.startswith("--backend="):
+                ctx.meta["render.backend"] = arg.partition("=")[2]
+        return super().parse_args(ctx, args)
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         from ..backends import registry
         from ..spec.typed import describe_fields
 
-        for name in registry.names():
+        chosen = ctx.meta.get("render.backend", DEFAULT_BACKEND)
+        every = ctx.meta.get("render.all", False)
+        shown = registry.names() if every else [chosen]
+        for name in shown:
             try:
                 fields = describe_fields(registry.backend_class(name).options_class)
             except MxbatchError:
@@ -256,6 +349,10 @@ class _RenderCommand(click.Command):
             with formatter.indentation():
                 formatter.write_dl([(f"{f.name} ({f.type}, default {f.default!r})", f.help)
                                     for f in fields])
+        if not every:
+            formatter.write_paragraph()
+            formatter.write_text("Another backend's options: render -b NAME --help; every "
+                                 "backend's: render --help --all.")
 
 
 @main.command(cls=_RenderCommand)
@@ -269,20 +366,36 @@ class _RenderCommand(click.Command):
               help="text: what submit runs; json: the same as data; shell: a bash script "
                    "that starts every role by hand with its DMLC_* variables (local).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (--format json).")
+@click.option("--all", "all_backends", is_flag=True,
+              help="With --help: the options of every backend, not only the chosen one's.")
+@_NAME
+@_ENV
+@_EXTRA_ARGS
 def render(spec_file: Path, backend: Optional[str], workers: Optional[int],
            servers: Optional[int], profile: Optional[str], output_format: str,
-           as_json: bool) -> None:
+           as_json: bool, all_backends: bool, name: Optional[str], env: Tuple[str, ...],
+           extra_args: Tuple[str, ...]) -> None:
     """Print exactly what submit would run (per-task argv and env, job scripts)."""
-    spec = siteconfig.load_job(spec_file, profile=profile, site=load_site_config())
-    backend = siteconfig.backend_name(spec, backend)
+    spec = _spec_with_flags(spec_file, profile, name, env, extra_args)
+    _render(spec, siteconfig.backend_name(spec, backend), "json" if as_json else output_format,
+            workers, servers)
+
+
+def _render(spec: specs.JobSpec, backend: str, output_format: str, workers: Optional[int],
+            servers: Optional[int], count_flags: Optional[Dict[Role, str]] = None) -> None:
+    """``render``'s output (and ``launch --render``'s): text, json or shell.
+    ``count_flags``: the flags that set counts in ``spec`` (default: ``-n``, ``-s``)."""
+    if count_flags is None:
+        count_flags = jobs.count_flags_of(workers, servers)
     if output_format == "shell":
         from ..jobs.shellscript import render_script
 
-        click.echo(render_script(specs.with_counts(spec, workers, servers), backend), nl=False)
+        click.echo(render_script(specs.with_counts(spec, workers, servers), backend,
+                                 count_flags=count_flags), nl=False)
         return
     _, request = jobs.prepare(spec, backend, workers=workers, servers=servers,
-                              for_submit=False)
-    if as_json or output_format == "json":
+                              for_submit=False, count_flags=count_flags)
+    if output_format == "json":
         click.echo(jsonout.dumps(jsonout.document(request.to_dict())))
     else:
         click.echo(request.describe(), nl=False)
@@ -297,74 +410,46 @@ def render(spec_file: Path, backend: Optional[str], workers: Optional[int],
 def status(job_id: str, as_json: bool) -> None:
     """Show the state of every task of JOB_ID."""
     record = records.load(job_id)
-    result = jobs.backend_for_record(record).status(record)
+    backend = jobs.backend_for_record(record)
+    result = backend.status(record)
+    cause = failure_cause(backend, record, result)
     if as_json:
-        click.echo(jsonout.dumps(jsonout.document(result.to_dict())))
+        click.echo(jsonout.dumps(_status_document(record, result, cause)))
         return
     click.echo(f"job {result.job_id}  backend {result.backend}  state {result.state.value}")
     if result.reason:
         click.echo(f"reason: {result.reason}")
+    if cause is not None:
+        click.echo(_cause_text(cause))
     if result.log:
         click.echo(f"log: {result.log}")
-    rows = [("TASK", "STATE", "HOST", "PID", "EXIT", "NOTE")]
-    for task in result.tasks:
-        exit_text = task.signal or ("" if task.exit_code is None else str(task.exit_code))
-        rows.append((task.label, task.state.value, task.host, str(task.pid or ""), exit_text,
-                     task.note))
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    for row in rows:
-        click.echo("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5]))
-                   + "  " + row[5])
+    if result.samples_per_sec is not None:
+        click.echo(f"throughput: {throughput_text(result)}")
+    _show_attempts(result)
+    click.echo(task_table(result), nl=False)
 
 
-@main.command()
-@click.argument("job_id", shell_complete=job_ids)
-@click.option("--role", type=click.Choice([r.value for r in Role]), default=None,
-              help="Only this role's tasks (without -f and --rank: its rank 0).")
-@click.option("--rank", type=int, default=None,
-              help="Only tasks of this rank; a task the job does not have is an error (exit 4).")
-@click.option("--follow", "-f", is_flag=True, help="Keep printing until the job ends.")
-def logs(job_id: str, role: Optional[str], rank: Optional[int], follow: bool) -> None:
-    """Print the logs of JOB_ID (all tasks prefixed, or one task)."""
-    record = records.load(job_id)
-    backend = jobs.backend_for_record(record)
-    plan_tasks = _chosen_tasks(record, role, rank)
-    if role is not None and not follow:
-        task = min(plan_tasks, key=lambda t: t.rank)  # --role alone: its rank 0
-        for line in backend.logs(record, task.role, task.rank):
-            click.echo(line, nl=False)
+def _show_attempts(result: JobStatus) -> None:
+    """The attempts of a job with restarts: which one the tasks below belong to, and how
+    every attempt ended (the table's ATTEMPT is ``MXBATCH_ATTEMPT``, from 0)."""
+    if result.max_attempts <= 1 and len(result.attempts) <= 1:
         return
-    width = max([len(t.label) for t in plan_tasks] or [1])
-    tails = [LogTail(Path(record.layout.task_log(t.role.value, t.rank)),
-                     f"{t.label:<{width}} | ", backend.log_reader(record, t.role, t.rank))
-             for t in plan_tasks]
-    while True:
-        done = not follow or backend.status(record).terminal
-        for tail in tails:
-            for line in tail.read(final=done):
-                click.echo(line)
-        if done:
-            return
-        time.sleep(0.25)
-
-
-def _plan_tasks(record: records.JobRecord):
-    from ..backends.base import load_run_plan
-
-    return load_run_plan(record).tasks
-
-
-def _chosen_tasks(record: records.JobRecord, role: Optional[str], rank: Optional[int]):
-    """The job's tasks that ``--role``/``--rank`` select; JobNotFound (exit 4) naming the
-    job's tasks when they select none."""
-    tasks = _plan_tasks(record)
-    chosen = [t for t in tasks
-              if (role is None or t.role == role) and (rank is None or t.rank == rank)]
-    if not chosen:
-        wanted = f"{role or 'any role'}[{'any rank' if rank is None else rank}]"
-        raise JobNotFound(f"job {record.job_id} has no task {wanted}; its tasks: "
-                          + ", ".join(t.label for t in tasks))
-    return chosen
+    click.echo(f"attempt {result.attempt} (MXBATCH_ATTEMPT; at most {result.max_attempts} "
+               "attempts, the tasks below are this one's)")
+    if result.excluded_hosts:
+        click.echo("excluded hosts (node failures): " + ", ".join(result.excluded_hosts))
+    rows = [("ATTEMPT", "STARTED", "ENDED", "REASON", "DETAIL")]
+    for attempt in result.attempts:
+        ended = time.strftime("%H:%M:%S", time.localtime(attempt.ended_at)) \
+            if attempt.ended_at else ""
+        detail = "; ".join(x for x in (attempt.detail, attempt.decision) if x)
+        rows.append((str(attempt.index),
+                     time.strftime("%H:%M:%S", time.localtime(attempt.started_at)), ended,
+                     attempt.reason or "running", detail))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        click.echo("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4]))
+                   + "  " + row[4])
 
 
 @main.command()
@@ -380,7 +465,7 @@ def cancel(job_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(jsonout.dumps(jsonout.document(
             {"job_id": job_id, "state": after.state.value, "already_ended": before.terminal,
-             "state_before": before.state.value})))
+             "state_before": before.state.value, "submitted_at": record.submitted_at})))
     if before.terminal:
         _err(f"mxbatch: job {job_id} had already ended ({before.state.value})")
     else:
@@ -389,7 +474,8 @@ def cancel(job_id: str, as_json: bool) -> None:
 
 @main.command(name="wait")
 @click.argument("job_id", shell_complete=job_ids)
-@click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
+@click.option("--timeout", type=Duration(), default=None,
+              help="Give up after this long (600, 90s, 10m, 1h30m; exit 124).")
 @click.option("--logs/--no-logs", "stream_logs", default=False,
               help="Stream the logs of every task, prefixed role[rank].")
 @click.option("--quiet", "-q", is_flag=True, help="Do not show the status line.")
@@ -403,32 +489,15 @@ def wait_command(job_id: str, timeout: Optional[float], stream_logs: bool, quiet
                      cancel_on_interrupt=False, quiet=quiet, as_json=as_json)
 
 
-@main.command(name="list")
-@_JSON
-def list_jobs(as_json: bool) -> None:
-    """List submitted jobs, newest first."""
-    rows = []
-    for record in records.all_records():
-        try:
-            state = jobs.backend_for_record(record).status(record).state.value
-        except (MxbatchError, OSError, ValueError):
-            state = "UNKNOWN"
-        rows.append({"job_id": record.job_id, "backend": record.backend, "state": state,
-                     "submitted": time.strftime("%Y-%m-%d %H:%M:%S",
-                                                time.localtime(record.submitted_at)),
-                     "run_dir": record.run_dir})
-    if as_json:
-        click.echo(jsonout.dumps([jsonout.document(row) for row in rows]))
-        return
-    for row in rows:
-        click.echo(f"{row['job_id']:<32} {row['backend']:<6} {row['state']:<10} "
-                   f"{row['submitted']}")
-
-
 def _add_site_commands() -> None:
     from .completion import completion_command
+    from .listing import clean_command, list_command
+    from .logs import logs_command
     from .site import config_group, doctor_command
 
+    main.add_command(list_command)
+    main.add_command(logs_command)
+    main.add_command(clean_command)
     main.add_command(config_group)
     main.add_command(doctor_command)
     main.add_command(completion_command)

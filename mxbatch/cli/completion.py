@@ -1,5 +1,6 @@
-"""Shell completion (click's): job ids from the job records, backend and profile names,
-and ``mxbatch completion SHELL``, which prints the script to source.
+"""Shell completion (click's): job ids from the job records, profile names (backend
+names: ``params.BackendName``), and ``mxbatch completion SHELL``, which prints the
+script to source.
 
     eval "$(mxbatch completion bash)"      # in ~/.bashrc (zsh: ~/.zshrc)
     mxbatch completion fish > ~/.config/fish/completions/mxbatch.fish
@@ -25,12 +26,6 @@ def job_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> List
     except OSError:
         return []
     return [p.stem for p in paths if p.stem.startswith(incomplete)]
-
-
-def backend_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> List[str]:
-    from ..backends.registry import names
-
-    return [name for name in names() if name.startswith(incomplete)]
 
 
 def profile_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> List[str]:

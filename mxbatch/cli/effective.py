@@ -10,13 +10,15 @@ prints them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Tuple
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..backends.registry import options_for
 from ..quoting import shell_words
 from ..runtime.roles import Role
+from ..spec import schema
 from ..spec.located import KeyPath, Origin, dotted
-from ..spec.schema import JobSpec, Resources
+from ..spec.schema import JobSpec
 from ..spec.typed import to_data
 
 BUILT_IN = "built-in default"
@@ -45,41 +47,50 @@ def short_duration(seconds: Optional[float]) -> Optional[str]:
     return f"{seconds:g}s"
 
 
-def _resources(resources: Resources) -> Dict[str, Any]:
-    return {"cpus": resources.cpus,
-            "memory": f"{resources.memory_mib}M" if resources.memory_mib else None,
-            "gpus": resources.gpus, "walltime": short_duration(resources.walltime_s)}
+def _formatted(field: dataclasses.Field, value: Any, owner: Any) -> Any:
+    """A field's value as the spec would spell it, by the type its ``spec_field`` shows."""
+    shown = field.metadata.get(schema.TYPE) or ""
+    if shown.startswith("duration"):
+        return short_duration(value)
+    if shown == "size":
+        return f"{value}M" if value else None
+    if shown == "port range":  # ``ports`` sets port_low and port_high
+        return f"{owner.port_low}-{owner.port_high}"
+    if isinstance(value, Path):
+        return str(value)
+    if field.name == "command":
+        return shell_words(value)
+    return to_data(value)
+
+
+def _walk(obj: Any, prefix: KeyPath, values: Dict[KeyPath, Any]) -> None:
+    """Every spec key of dataclass ``obj`` (its fields made with ``spec_field``) into
+    ``values``: nested sections key by key, mappings (``env``) name by name."""
+    for field in dataclasses.fields(obj):
+        if schema.HELP not in field.metadata:
+            continue  # not set by a spec key
+        key = prefix + (field.metadata.get(schema.KEY) or field.name,)
+        value = getattr(obj, field.name)
+        if dataclasses.is_dataclass(value):
+            _walk(value, key, values)
+        elif isinstance(value, Mapping):
+            for name, item in sorted(value.items(), key=lambda kv: str(kv[0])):
+                if dataclasses.is_dataclass(item):
+                    _walk(item, key + (to_data(name),), values)
+                else:
+                    values[key + (name,)] = item
+        else:
+            values[key] = _formatted(field, value, obj)
 
 
 def _values(spec: JobSpec, backend: str) -> Dict[KeyPath, Any]:
-    """Every spec key of ``spec`` with its value as the spec would spell it."""
-    values: Dict[KeyPath, Any] = {("backend",): backend, ("name",): spec.name,
-                                  ("workdir",): str(spec.workdir),
-                                  ("inherit_env",): spec.inherit_env,
-                                  ("core_dumps",): spec.core_dumps}
-    for name, value in sorted(spec.env.items()):
-        values[("env", name)] = value
-    for role in Role:
-        role_spec = spec.role(role)
-        base = ("roles", role.value)
-        values[base + ("count",)] = role_spec.count
-        values[base + ("command",)] = shell_words(role_spec.command)
-        for key, value in _resources(role_spec.resources).items():
-            values[base + ("resources", key)] = value
-        for name, value in sorted(role_spec.env.items()):
-            values[base + ("env", name)] = value
-    network = spec.network
-    values[("network", "interface")] = network.interface
-    values[("network", "ports")] = f"{network.port_low}-{network.port_high}"
-    rendezvous = spec.rendezvous
-    values[("rendezvous", "dir")] = str(rendezvous.dir)
-    values[("rendezvous", "startup_timeout")] = short_duration(rendezvous.startup_timeout_s)
-    values[("rendezvous", "grace")] = short_duration(rendezvous.grace_s)
-    values[("rendezvous", "heartbeat_timeout")] = short_duration(
-        rendezvous.heartbeat_timeout_s)
-    if spec.container is not None:
-        for key, value in to_data(spec.container).items():
-            values[("container", key)] = value
+    """Every spec key of ``spec`` with its value as the spec would spell it, from the
+    schema's ``spec_field``s (so a new key shows without being listed here)."""
+    values: Dict[KeyPath, Any] = {}
+    _walk(dataclasses.replace(spec, backend=backend, backend_options={}), (), values)
+    if spec.container is None:
+        values.pop(("container",), None)
+    values = {("backend",): values.pop(("backend",)), **values}
     blocks = {name: options_for(spec, name) for name in {*spec.backend_options, backend}}
     for name in sorted(blocks):
         for key, value in to_data(blocks[name]).items():

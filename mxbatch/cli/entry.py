@@ -15,6 +15,9 @@ _INTERRUPTED = 130
 
 
 def run() -> None:
+    from ..runtime.osbytes import relay_streams
+
+    relay_streams()  # arguments, paths, environment values and logs: any bytes
     try:
         from ..jobs.interrupts import install_latch
 

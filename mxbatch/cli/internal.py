@@ -37,7 +37,7 @@ def _write_log(text: str) -> Optional[Path]:
         try:
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             path = folder / name
-            with open(path, "x", encoding="utf-8") as handle:
+            with open(path, "x", encoding="utf-8", errors="backslashreplace") as handle:
                 handle.write(text)
             return path
         except OSError:

@@ -11,8 +11,8 @@ launch.py                      mxbatch launch
                                when no launcher is given (launch.py's default launcher)
 ``--sync-dst-dir DIR``         ``backends.ssh.sync_dst_dir``: rsync the working directory
                                to DIR on every host and run there
-``--launcher L``               the backend (alias of ``--backend``): local, ssh, mpi, sge,
-                               yarn, slurm
+``--launcher L``               the backend (alias of ``--backend``): launch.py's local,
+                               ssh, mpi, sge, yarn, and every other mxbatch backend
 ``--env NAME``                 the submitter's value of NAME reaches every role (launch
                                jobs inherit the environment: this checks NAME is set and
                                never writes its value anywhere); ``--env NAME=VALUE`` or
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -42,18 +41,30 @@ import click
 from ..backends.registry import load_site_config
 from ..errors import SpecError
 from ..runtime import wire
+from ..runtime.roles import Role
 from ..spec import config as siteconfig
+from ..spec.envflags import common_env, role_env
 from ..spec.schema import JobSpec
-from .completion import backend_names, profile_names
+from . import jsonout
+from .completion import profile_names
+from .params import BackendName, RegistryHelpOption, backend_option
 
 #: click settings of the command: options stop at the command's first word
 CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": False,
            "help_option_names": ["-h", "--help"]}
-LAUNCHERS = ("local", "ssh", "mpi", "sge", "yarn", "slurm")
+RENDER_YAML = "yaml"
+#: what ``--render`` prints: ``render``'s formats, and the job as a spec
+RENDER_FORMATS = ("text", "json", "shell", RENDER_YAML)
+#: launch.py's options that users put after the command (where they are the command's)
+MISPLACED_FLAGS = ("-n", "-s", "-H", "--launcher", "--num-workers", "--num-servers",
+                   "--hostfile", "--sync-dst-dir")
+#: ``ctx.meta`` key: the command line ended mxbatch's options with an explicit ``--``
+_DASHDASH = "launch.dashdash"
 #: backends that take hosts (-H) from the command line
 HOST_BACKENDS = ("ssh", "mpi")
+#: launch.py's names of the count flags
+WORKERS_FLAG, SERVERS_FLAG = "-n/--num-workers", "-s/--num-servers"
 P3_ENV = {wire.DMLC_PS_VAN_TYPE: "p3", wire.DMLC_PS_WATER_MARK: "10"}
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,10 +91,13 @@ class LaunchArgs:
     stall_timeout: Optional[str] = None
     container: Optional[str] = None
     mounts: Tuple[str, ...] = ()
+    max_tasks: Optional[int] = None
+    max_restarts: Optional[int] = None
     profile: Optional[str] = None
     detach: bool = False
     quiet: bool = False
     as_json: bool = False
+    render: Optional[str] = None
 
 
 _OPTIONS: List[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
@@ -97,11 +111,9 @@ _OPTIONS: List[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--sync-dst-dir", default=None, metavar="DIR",
                  help="ssh: copy the working directory to DIR on every host (rsync) and "
                       "run there (hosts need not share storage)."),
-    click.option("--launcher", type=click.Choice(LAUNCHERS), default=None,
-                 help="Where to run (launch.py's name for --backend)."),
-    click.option("--backend", "-b", default=None, shell_complete=backend_names,
-                 help="Where to run: local (default), ssh, mpi, sge, slurm, yarn, or a "
-                      "plugin's name (default: the profile's backend, else local)."),
+    click.option("--launcher", type=BackendName(), default=None, cls=RegistryHelpOption,
+                 help="Where to run, launch.py's name for --backend: {backends}."),
+    backend_option("the profile's backend, else local"),
     click.option("--profile", "-p", default=None, metavar="NAME", shell_complete=profile_names,
                  help="Site profile of the config file (default: its default_profile)."),
     click.option("--env", "-e", "env", multiple=True, metavar="NAME[=VALUE]",
@@ -129,13 +141,78 @@ _OPTIONS: List[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
                       "(docker, podman or apptainer)."),
     click.option("--mount", "mounts", multiple=True, metavar="HOST:CONTAINER[:ro]",
                  help="With --container: a bind mount for every role (repeatable)."),
+    click.option("--max-tasks", type=int, default=None, metavar="N",
+                 help="Allow up to N tasks (the spec's max_tasks; default: the backend's "
+                      "ceiling, local 1000, others 10000)."),
+    click.option("--max-restarts", type=int, default=None, metavar="N",
+                 help="Relaunch the whole job up to N times when an attempt ends on a "
+                      "failure, preemption, walltime or node failure (restarts.max; "
+                      "default 0: never). Roles see MXBATCH_ATTEMPT."),
+    click.option("--render", type=click.Choice(RENDER_FORMATS), default=None,
+                 help="Print the job instead of running it: text or json (as render), "
+                      "shell (a bash script), yaml (a job spec that submit runs as the "
+                      "same job)."),
     click.option("--detach", is_flag=True, help="Return at once with the job id."),
     click.option("--quiet", "-q", is_flag=True,
                  help="Do not stream logs nor show the status line."),
     click.option("--json", "as_json", is_flag=True,
-                 help="Print one JSON document on stdout (schema: docs/reference/json.md)."),
+                 help=jsonout.OPTION_HELP),
     click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED),
 ]
+
+
+class LaunchCommand(click.Command):
+    """The ``launch`` command: remembers whether ``--`` ended the options (then what
+    follows is the command's on purpose, and no note is due)."""
+
+    def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        ctx.meta[_DASHDASH] = "--" in args
+        return super().parse_args(ctx, args)
+
+
+def misplaced_flags(command: Sequence[str]) -> List[int]:
+    """The indexes in ``command`` of launch flags after its first word (each with its
+    value: every one of them takes one)."""
+    found: List[int] = []
+    for index in range(1, len(command)):
+        if index in found:
+            continue
+        word = command[index]
+        if word.split("=", 1)[0] in MISPLACED_FLAGS:
+            found.append(index)
+            if "=" not in word and index + 1 < len(command):
+                found.append(index + 1)
+    return found
+
+
+def warn_misplaced_flags(args: LaunchArgs) -> None:
+    """One line on stderr when launch flags come after the command's first word (they
+    are the command's, as with launch.py), unless ``--`` said so explicitly."""
+    context = click.get_current_context(silent=True)
+    if context is not None and context.meta.get(_DASHDASH):
+        return
+    found = misplaced_flags(args.command)
+    if not found:
+        return
+    flags = " ".join(args.command[i] for i in found)
+    rest = " ".join(w for i, w in enumerate(args.command) if i not in found)
+    click.echo(f"mxbatch: note: {flags} come after the command's first word, so they go to "
+               f"the command ({' '.join(args.command)}), as with launch.py; to give them "
+               f"to mxbatch, put them first: mxbatch launch {flags} {rest}", err=True)
+
+
+def spec_yaml(args: LaunchArgs, backend: str) -> str:
+    """The job of this command line as a job spec (YAML) that ``mxbatch submit`` runs as
+    the same job: the flags' keys, the working directory made absolute, the backend."""
+    import yaml
+
+    data = job_data(args, dict(os.environ), Path.cwd())
+    data["workdir"] = str((Path.cwd() / Path(data["workdir"]).expanduser()).resolve())
+    data = {"name": data.pop("name"), "backend": backend, **data}
+    header = "# a job spec from `mxbatch launch --render yaml`: mxbatch submit THIS_FILE\n"
+    if args.profile:
+        header += f"# made with --profile {args.profile}: submit it with the same profile\n"
+    return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 
 def options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -143,32 +220,6 @@ def options(func: Callable[..., Any]) -> Callable[..., Any]:
     for decorate in reversed(_OPTIONS):
         func = decorate(func)
     return func
-
-
-def _assignment(text: str, flag: str) -> Tuple[str, str]:
-    """``NAME=VALUE`` or ``NAME:VALUE`` (split at the first ``=`` or ``:``)."""
-    match = re.match(r"([A-Za-z_][A-Za-z0-9_]*)[=:](.*)\Z", text, re.S)
-    if not match:
-        raise SpecError(f"expected NAME:VALUE (or NAME=VALUE), got {text!r}", key=flag)
-    return match.group(1), match.group(2)
-
-
-def _role_env(pairs: Sequence[str], flag: str) -> Dict[str, str]:
-    return dict(_assignment(pair, flag) for pair in pairs)
-
-
-def _common_env(entries: Sequence[str], environ: Dict[str, str]) -> Dict[str, str]:
-    """``--env``: NAME (checked, inherited) or an assignment (set)."""
-    env = {}
-    for entry in entries:
-        if _NAME.fullmatch(entry):
-            if entry not in environ:
-                raise SpecError(f"{entry} is not set in this environment (launch.py would "
-                                "pass nothing; set it, or give NAME=VALUE)", key="--env")
-            continue  # inherited with the whole environment, never written down
-        name, value = _assignment(entry, "--env")
-        env[name] = value
-    return env
 
 
 def backend_of(args: LaunchArgs) -> Optional[str]:
@@ -184,16 +235,23 @@ def backend_of(args: LaunchArgs) -> Optional[str]:
     return chosen
 
 
+def count_flags(args: LaunchArgs) -> Dict[Role, str]:
+    """The flags that set role counts (for errors about a count), of those given."""
+    return {role: flag for role, flag, count in ((Role.WORKER, WORKERS_FLAG, args.workers),
+                                                 (Role.SERVER, SERVERS_FLAG, args.servers))
+            if count is not None}
+
+
 def job_data(args: LaunchArgs, environ: Dict[str, str], cwd: Path) -> Dict[str, Any]:
     """The job spec (as plain data) the command line describes."""
-    for flag, count in (("-n/--num-workers", args.workers), ("-s/--num-servers", args.servers)):
+    for flag, count in ((WORKERS_FLAG, args.workers), (SERVERS_FLAG, args.servers)):
         if count is not None and count < 1:
             raise SpecError(f"must be at least 1, got {count}", key=flag)
     env = dict(P3_ENV) if args.p3 else {}
-    env.update(_common_env(args.env, environ))
+    env.update(common_env(args.env, environ))
     roles: Dict[str, Dict[str, Any]] = {
-        "worker": {"env": _role_env(args.env_worker, "--env-worker")},
-        "server": {"env": _role_env(args.env_server, "--env-server")}}
+        "worker": {"env": role_env(args.env_worker, "--env-worker")},
+        "server": {"env": role_env(args.env_server, "--env-server")}}
     for role, count in (("worker", args.workers), ("server", args.servers)):
         if count is not None:  # else the profile's, else 1 worker and servers = workers
             roles[role]["count"] = count
@@ -211,6 +269,13 @@ def job_data(args: LaunchArgs, environ: Dict[str, str], cwd: Path) -> Dict[str, 
         data["rendezvous"] = rendezvous
     if args.container or args.mounts:
         data["container"] = container_data(args.container, args.mounts)
+    if args.max_tasks is not None:
+        data["max_tasks"] = args.max_tasks
+    if args.max_restarts is not None:
+        if args.max_restarts < 0:
+            raise SpecError(f"must be at least 0, got {args.max_restarts}",
+                            key="--max-restarts")
+        data["restarts"] = {"max": args.max_restarts}  # over the profile's restarts
     backend = backend_of(args)
     hosts: Dict[str, Any] = {}
     if args.hostfile:

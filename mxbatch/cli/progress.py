@@ -5,7 +5,13 @@ line on stderr: the job's state, per role the number of tasks in each state, the
 time spent queued and the time since submission::
 
     mlp-ps-1a2b3c4d RUNNING | scheduler: 1 running | server: 2 running |
-    worker: 1 running, 1 queued | queued 12s | elapsed 1m05s
+    worker: 2 running | 812 samples/s | queued 12s | elapsed 1m05s
+
+(the workers' latest throughput together, once they print it, and stragglers named:
+``backends.status.throughput``)
+
+With ``restarts`` the line says which attempt runs, counted from 1 (``attempt 2/4``:
+the second of at most four), after the state.
 
 On a terminal (``ProgressMode.LIVE``) the line is redrawn in place and cleared
 before each streamed log line, so logs scroll above it; otherwise (``PLAIN``) a plain
@@ -91,9 +97,24 @@ def queued_for(status: JobStatus, submitted_at: float, now: float) -> float:
     return (max(started) - submitted_at) if started else 0.0
 
 
+def attempt_text(status: JobStatus) -> str:
+    """``attempt 2/4`` (counted from 1, of at most ``max_attempts``); "" without restarts."""
+    if status.max_attempts <= 1 and status.attempt == 0:
+        return ""
+    return f"attempt {status.attempt + 1}/{status.max_attempts}"
+
+
 def summary(status: JobStatus, submitted_at: float, now: float) -> str:
     """The whole status line (see the module docstring)."""
-    return (f"{status.job_id} {status.state.value} | {role_counts(status)} | "
+    speed = ""
+    if status.samples_per_sec is not None:
+        speed = f" | {status.samples_per_sec:.0f} samples/s"
+        if status.stragglers:
+            speed += f" (straggler: {', '.join(status.stragglers)})"
+    attempt = attempt_text(status)
+    return (f"{status.job_id} {status.state.value} | "
+            + (f"{attempt} | " if attempt else "")
+            + f"{role_counts(status)}{speed} | "
             f"queued {clock(queued_for(status, submitted_at, now))} | "
             f"elapsed {clock(now - submitted_at)}")
 
@@ -118,7 +139,7 @@ class Progress:
         if self.mode is ProgressMode.QUIET:
             return
         now = self.now()
-        counts = f"{status.state.value} {role_counts(status)}"
+        counts = f"{status.state.value} {attempt_text(status)} {role_counts(status)}"
         changed = counts != self._last_counts  # since the last line written
         if self.mode is ProgressMode.LIVE:
             if changed or not self._drawn or now - self._last_write >= LIVE_REDRAW_S:

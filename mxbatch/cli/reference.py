@@ -23,6 +23,7 @@ import click
 from ..spec import schema
 from ..spec.typed import describe_fields, to_data, type_name
 from .effective import yaml_text
+from .params import backend_list
 
 #: placeholder of a role name in key paths (``roles.<role>.count``)
 ROLE = "<role>"
@@ -45,6 +46,21 @@ def _default_text(field: dataclasses.Field) -> str:
     else:
         return ""
     return yaml_text(to_data(value))
+
+
+def _help(field: dataclasses.Field) -> str:
+    """A spec key's help, the registry's backends filled in (``schema.BACKENDS``)."""
+    return str(field.metadata[schema.HELP]).replace(schema.BACKENDS, backend_list())
+
+
+def project_description() -> str:
+    """The one-line description of the project (pyproject.toml, the site), naming the
+    backends mxbatch ships, from the registry."""
+    from ..backends import registry
+
+    names = registry.builtin_names()
+    return ("Run Apache MXNet parameter-server training (scheduler, servers, workers) on "
+            f"{', '.join(names[:-1])} and {names[-1]} backends")
 
 
 def spec_keys(cls: type, prefix: str) -> Iterator[Tuple[str, dataclasses.Field, Any]]:
@@ -71,7 +87,7 @@ def _rows(cls: type, prefix: str) -> List[Row]:
         nested = _dataclass_of(tp)
         shown_type = field.metadata.get(schema.TYPE) or (
             "mapping" if nested is not None else type_name(tp))
-        rows.append((key, shown_type, _default_text(field), field.metadata[schema.HELP]))
+        rows.append((key, shown_type, _default_text(field), _help(field)))
         args = typing.get_args(tp)
         if typing.get_origin(tp) in (dict, collections.abc.Mapping) and args \
                 and args[0] is schema.Role and nested is not None:
@@ -94,7 +110,7 @@ def spec_rows() -> List[Row]:
         nested = _dataclass_of(tp)
         top.append((key, field.metadata.get(schema.TYPE) or
                     ("mapping" if nested else type_name(tp)), _default_text(field),
-                    field.metadata[schema.HELP]))
+                    _help(field)))
         if nested is not None:
             top += _rows(nested, f"{key}.")
     rows = rows[:1] + top + rows[1:]
@@ -126,7 +142,7 @@ def spec_reference() -> str:
     for row in rows:
         head = row[0].split(".")[0]
         section = head if head in ("resources", "roles", "network", "rendezvous", "container",
-                                   "backends") else "top level"
+                                   "restarts", "backends") else "top level"
         sections.setdefault(section, []).append(row)
     parts = ["# Job spec reference\n",
              "Generated from the code (`mxbatch/schema.py` and each backend's options "

@@ -13,8 +13,9 @@ from ..runtime.roles import Role
 from ..spec import config as siteconfig
 from ..spec.located import KeyPath
 from . import jsonout
-from .completion import backend_names, profile_names
+from .completion import profile_names
 from .effective import Setting, effective_settings, format_settings
+from .params import Duration, backend_option
 
 #: keys that belong to one job; left out when no SPEC is given
 _JOB_KEYS = ("name", "workdir")
@@ -23,11 +24,9 @@ _JOB_KEYS = ("name", "workdir")
 PROFILE = click.option("--profile", "-p", default=None, metavar="NAME",
                        shell_complete=profile_names,
                        help="Site profile of the config file (default: its default_profile).")
-BACKEND = click.option("--backend", "-b", default=None, shell_complete=backend_names,
-                       help="Where to run: local, sge, slurm, yarn, or a plugin's name "
-                            "(default: the spec's or profile's backend, else local).")
+BACKEND = backend_option("the spec's or profile's backend, else local")
 JSON = click.option("--json", "as_json", is_flag=True,
-                    help="Print one JSON document on stdout (schema: docs/reference/json.md).")
+                    help=jsonout.OPTION_HELP)
 
 
 @click.group(name="config")
@@ -54,7 +53,7 @@ def config_show(spec_file: Optional[Path], profile: Optional[str], backend: Opti
                 workers: Optional[int], servers: Optional[int], as_json: bool) -> None:
     """Print the merged settings (flags > SPEC_FILE > profile > defaults > built-in),
     each with the file and line, or flag, it came from."""
-    from ..spec.parse import with_counts
+    from ..spec.parse import SERVERS_FLAG, WORKERS_FLAG, with_counts
 
     site = load_site_config()
     spec = siteconfig.site_job(spec_file, profile=profile, site=site, command=["COMMAND"],
@@ -64,9 +63,9 @@ def config_show(spec_file: Optional[Path], profile: Optional[str], backend: Opti
     if backend:
         flags[("backend",)] = "--backend"
     if workers is not None:
-        flags[("roles", Role.WORKER.value, "count")] = "-n/--workers"
+        flags[("roles", Role.WORKER.value, "count")] = WORKERS_FLAG
     if servers is not None:
-        flags[("roles", Role.SERVER.value, "count")] = "-s/--servers"
+        flags[("roles", Role.SERVER.value, "count")] = SERVERS_FLAG
     settings = effective_settings(spec, siteconfig.backend_name(spec, backend), flags)
     if spec_file is None:
         settings = [s for s in settings if not _job_only(s)]
@@ -98,8 +97,8 @@ def _job_only(setting: Setting) -> bool:
 @click.option("--probe/--no-probe", default=True, show_default=True,
               help="Run a tiny probe job through the backend (proves the compute nodes see "
                    "the rendezvous directory and run the runtime).")
-@click.option("--probe-timeout", type=float, default=180.0, show_default=True,
-              metavar="SECONDS", help="Cancel the probe job when it has not ended by then.")
+@click.option("--probe-timeout", type=Duration(), default="3m", show_default=True,
+              help="Cancel the probe job when it has not ended by then (90s, 3m...).")
 @JSON
 def doctor_command(spec_file: Optional[Path], backend: Optional[str], profile: Optional[str],
                    probe: bool, probe_timeout: float, as_json: bool) -> None:
@@ -119,7 +118,8 @@ def doctor_command(spec_file: Optional[Path], backend: Optional[str], profile: O
         click.echo(f"mxbatch doctor: backend {name}, profile "
                    f"{site.profile_name(profile) or '(none)'}, rendezvous.dir "
                    f"{spec.rendezvous.dir}", err=True)
-    checks = run_checks(spec, name, target, probe=probe, probe_timeout=probe_timeout)
+    checks = run_checks(spec, name, target, probe=probe, probe_timeout=probe_timeout,
+                        with_script=spec_file is not None)
     ok = all(check.ok for check in checks)
     if as_json:
         click.echo(jsonout.dumps(jsonout.document(

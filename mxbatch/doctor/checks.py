@@ -36,6 +36,7 @@ class Outcome(str, enum.Enum):
     PASS = "pass"
     FAIL = "fail"
     SKIP = "skip"  # not run: it does not apply, or an earlier check failed
+    WARN = "warn"  # passed, but something looks wrong (no failure)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +68,10 @@ def failed(name: str, detail: str, fix: str) -> Check:
 
 def skipped(name: str, detail: str) -> Check:
     return Check(name, Outcome.SKIP, detail)
+
+
+def warned(name: str, detail: str, fix: str) -> Check:
+    return Check(name, Outcome.WARN, detail, fix)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -24,10 +24,21 @@ import mxbatch
 
 from .. import __version__
 from ..backends import bundle
+from ..jobs.scripts import missing_scripts, script_of
 from ..runtime import net
 from ..runtime.layout import RUNTIME
+from ..runtime.roles import Role
 from ..spec.schema import JobSpec
-from .checks import COMMAND_TIMEOUT_S, Check, Outcome, command_check, failed, passed, skipped
+from .checks import (
+    COMMAND_TIMEOUT_S,
+    Check,
+    Outcome,
+    command_check,
+    failed,
+    passed,
+    skipped,
+    warned,
+)
 from .probe import probe_checks, role_interpreters
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -138,10 +149,32 @@ def network_checks(spec: JobSpec, backend: "Backend") -> List[Check]:
                                          "(on this machine)")]
 
 
+def script_checks(spec: JobSpec, backend: "Backend") -> List[Check]:
+    """The training script of the spec's commands is in its workdir (a warning if not;
+    skipped where the roles' workdir is not this machine's)."""
+    name = "training script"
+    scripts = sorted({s for s in (script_of(spec.role(r).command) for r in Role) if s})
+    if not scripts:
+        return [skipped(name, "the roles' commands run no Python script (python3 X.py)")]
+    if not backend.workdir_is_here():
+        return [skipped(name, f"the roles' workdir is on the {backend.name} hosts, not "
+                              "checked from here")]
+    missing = missing_scripts(spec)
+    if missing:
+        return [warned(name, "; ".join(m.message() for m in missing),
+                       "fix the command's script path, or workdir (relative paths are "
+                       "taken in the workdir)")]
+    return [passed(name, ", ".join(scripts) + f" found in {spec.workdir}")]
+
+
 def run_checks(spec: JobSpec, backend_name: str, backend: "Backend", *, probe: bool = True,
-               probe_timeout: float = 180.0, with_mxnet: bool = True) -> List[Check]:
-    """Every check, in order (see the module docstring)."""
+               probe_timeout: float = 180.0, with_mxnet: bool = True,
+               with_script: bool = False) -> List[Check]:
+    """Every check, in order (see the module docstring); ``with_script``: the spec's
+    training script too (a SPEC was given)."""
     checks = [python_check()]
+    if with_script:
+        checks += script_checks(spec, backend)
     if with_mxnet:
         checks += mxnet_checks(spec)
     storage = rendezvous_check(spec)
@@ -164,7 +197,7 @@ def format_checks(checks: Sequence[Check]) -> str:
     lines = []
     for check in checks:
         lines.append(f"{check.outcome.value.upper():<4}  {check.name:<{width}}  {check.detail}")
-        if check.outcome is Outcome.FAIL and check.fix:
+        if check.outcome in (Outcome.FAIL, Outcome.WARN) and check.fix:
             lines.append(f"{'':<4}  {'':<{width}}  fix: {check.fix}")
     failures = sum(1 for c in checks if not c.ok)
     lines.append(f"{failures} of {len(checks)} checks failed" if failures

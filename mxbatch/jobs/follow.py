@@ -3,19 +3,22 @@ deadline checks the tasks themselves cannot make, and cleanup at the end.
 
 ``follow`` returns the final ``JobStatus``. It never waits without bound: the
 job's own deadlines end it, a job whose tasks vanish is marked failed, and
-``timeout`` (if given) raises ``WaitTimeout``.
+``timeout`` (if given) raises ``WaitTimeout``. A job with restarts is followed across
+its attempts: when one ends and the next starts, the logs streamed are the new one's
+(``AttemptLogs``), and ``note`` says how the last one ended.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
-from ..backends.base import Backend, LogReader, load_run_plan
+from ..backends.base import Backend, LogReader, attempts_of, current_attempt, load_run_plan
 from ..backends.records import JobRecord
 from ..backends.status import JobState, JobStatus
 from ..errors import WaitTimeout
+from ..runtime import notes, osbytes
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import Rendezvous
 from ..runtime.states import AbortKind, AbortRecord, TaskState
@@ -50,10 +53,18 @@ class LogTail:
         except OSError:
             return None
 
-    def read(self, final: bool = False):
+    def read(self, final: bool = False) -> Iterator[str]:
+        """The new complete lines, prefixed (``final``: a last incomplete one too)."""
+        for _, line in self.read_lines(final):
+            yield self.prefix + line
+
+    def read_lines(self, final: bool = False) -> Iterator[Tuple[int, str]]:
+        """``(offset, line)`` of each new complete line, not prefixed: where it starts
+        in the file (for its time, ``logfile.time_at``)."""
         data = self._read_from(self.offset, final)
         if data is None:
             return
+        start = self.offset - len(self.partial)
         self.offset += len(data)
         data = self.partial + data
         lines = data.split(b"\n")
@@ -62,7 +73,20 @@ class LogTail:
             lines.append(self.partial)
             self.partial = b""
         for line in lines:
-            yield self.prefix + line.decode(errors="replace")
+            yield start, osbytes.decode(line)  # printed as the role wrote it
+            start += len(line) + 1
+
+    def skip_to_last(self, count: int) -> None:
+        """Start at the last ``count`` lines of what the file holds now (``logs --tail``)."""
+        data = self._read_from(0, True) or b""
+        end = len(data) - (1 if data.endswith(b"\n") else 0)
+        start = end
+        for _ in range(count):
+            start = data.rfind(b"\n", 0, start)
+            if start < 0:
+                break
+        self.offset = 0 if start < 0 else start + 1
+        self.partial = b""
 
 
 class LogStream:
@@ -73,46 +97,89 @@ class LogStream:
     MIN_INTERVAL_S = 0.1
 
     def __init__(self, backend: Backend, record: JobRecord, plan: RunPlan,
-                 echo: Callable[[str], None], enabled: bool = True) -> None:
+                 echo: Callable[[str], None], enabled: bool = True, attempt: int = 0) -> None:
         self.echo = echo
         self._next = 0.0
         self.tails: List[LogTail] = []
         if enabled:
             width = max(len(t.label) for t in plan.tasks)
-            self.tails = [LogTail(Path(record.layout.task_log(t.role.value, t.rank)),
+            layout = record.layout.attempt(attempt)
+            self.tails = [LogTail(Path(layout.task_log(t.role.value, t.rank)),
                                   f"{t.label:<{width}} | ",
-                                  backend.log_reader(record, t.role, t.rank))
+                                  # (attempt 0 as before: a plugin's may not know it)
+                                  backend.log_reader(record, t.role, t.rank,
+                                                     *([attempt] if attempt else [])))
                           for t in plan.tasks]
 
     def pump(self, final: bool = False) -> None:
-        """Echo the complete new lines (``final``: the rest too)."""
+        """Echo the complete new lines (``final``: the rest too). Within one look, the
+        supervisors' teardown notes (``stopping: <why>``) come after every task's own
+        lines, so that a failing role's last output precedes the others' stopping."""
         now = time.monotonic()
         if not final and now < self._next:
             return
         self._next = now + self.MIN_INTERVAL_S
+        teardown = []
         for tail in self.tails:
             for line in tail.read(final=final):
-                self.echo(line)
+                if notes.is_teardown(line):
+                    teardown.append(line)
+                else:
+                    self.echo(line)
+        for line in teardown:
+            self.echo(line)
+
+
+class AttemptLogs:
+    """The logs of the job's current attempt: a ``LogStream`` that moves on to the next
+    attempt when the job relaunches (the last lines of the one before first), saying
+    through ``note`` how the one before ended."""
+
+    def __init__(self, backend: Backend, record: JobRecord, plan: RunPlan,
+                 echo: Callable[[str], None], enabled: bool,
+                 note: Optional[Callable[[str], None]] = None) -> None:
+        self.backend, self.record, self.plan = backend, record, plan
+        self.echo, self.enabled, self.note = echo, enabled, note
+        self.attempt = current_attempt(record)
+        self.stream = LogStream(backend, record, plan, echo, enabled, self.attempt)
+
+    def pump(self, final: bool = False) -> None:
+        self.stream.pump(final)
+
+    def follow_attempt(self, attempt: int) -> None:
+        """The job's current attempt is ``attempt``: stream its logs from now on."""
+        if attempt == self.attempt:
+            return
+        self.stream.pump(final=True)
+        attempts = attempts_of(self.record)
+        if self.note is not None and attempts is not None:
+            for ended in attempts.attempts[self.attempt:attempt]:
+                self.note(f"mxbatch: {ended.summary()}: {ended.decision}")
+        self.attempt = attempt
+        self.stream = LogStream(self.backend, self.record, self.plan, self.echo,
+                                self.enabled, attempt)
 
 
 def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
            echo: Callable[[str], None], timeout: Optional[float] = None,
-           on_status: Optional[Callable[[JobStatus], None]] = None) -> JobStatus:
+           on_status: Optional[Callable[[JobStatus], None]] = None,
+           note: Optional[Callable[[str], None]] = None) -> JobStatus:
     """Block until the job ends; stream logs if asked; clean up; return the final status.
-    ``on_status`` (a progress display) sees every status polled, the final one included."""
+    ``on_status`` (a progress display) sees every status polled, the final one included;
+    ``note`` gets a line when an attempt ends and the next one starts."""
     plan = load_run_plan(record)
-    rdv = backend.rendezvous(record)
-    stream = LogStream(backend, record, plan, echo, enabled=stream_logs)
+    stream = AttemptLogs(backend, record, plan, echo, stream_logs, note)
     give_up = None if timeout is None else time.time() + timeout
     while True:
         check_interrupted()  # a Ctrl-C Python dropped (interrupts.SigintLatch)
         stream.pump()
         status = backend.status(record)
+        stream.follow_attempt(status.attempt)
         if on_status is not None:
             on_status(status)
         if status.terminal:
             break
-        _enforce_deadlines(plan, rdv, status)
+        _enforce_deadlines(plan, backend.rendezvous(record), status)
         if give_up is not None and time.time() > give_up:
             raise WaitTimeout(f"job {record.job_id} still {status.state.value} after "
                               f"{timeout:g}s (it keeps running; `mxbatch cancel "
@@ -129,13 +196,15 @@ def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
 def supervise(backend: Backend, record: JobRecord, *, stream_logs: bool,
               echo: Callable[[str], None],
               on_status: Optional[Callable[[JobStatus], None]] = None,
-              held: Optional[HeldSignals] = None) -> Tuple[JobStatus, Optional[str]]:
+              held: Optional[HeldSignals] = None,
+              note: Optional[Callable[[str], None]] = None
+              ) -> Tuple[JobStatus, Optional[str]]:
     """Supervise an attached job in this process (``Backend.supervise_here``) while
     streaming its logs; the final status, and the signal that cancelled it, if any.
     ``on_status`` (a progress display) sees the status every ``STATUS_INTERVAL_S``;
     ``held``: a signal held back until the supervisor handles signals is replayed to it
     at its first tick."""
-    stream = LogStream(backend, record, load_run_plan(record), echo, enabled=stream_logs)
+    stream = AttemptLogs(backend, record, load_run_plan(record), echo, stream_logs, note)
     next_status = [0.0]
 
     def tick() -> None:
@@ -143,12 +212,15 @@ def supervise(backend: Backend, record: JobRecord, *, stream_logs: bool,
             held.replay()  # the supervisor's handlers are in place: it cancels the job
         stream.pump()
         now = time.monotonic()
-        if on_status is not None and now >= next_status[0]:
+        if now >= next_status[0]:
             next_status[0] = now + STATUS_INTERVAL_S
-            on_status(backend.status(record))
+            stream.follow_attempt(current_attempt(record))
+            if on_status is not None:
+                on_status(backend.status(record))
 
     interrupted = backend.supervise_here(record, on_tick=tick)
     backend.cancel(record)  # idempotent: SIGKILLs anything of the job that is left
+    stream.follow_attempt(current_attempt(record))
     stream.pump(final=True)
     status = backend.status(record)
     if on_status is not None:
@@ -157,8 +229,10 @@ def supervise(backend: Backend, record: JobRecord, *, stream_logs: bool,
 
 
 def _enforce_deadlines(plan, rdv: Rendezvous, status: JobStatus) -> None:
-    """Startup deadline and vanished tasks, for when no supervisor is there to see them."""
-    if rdv.read_abort() is not None:
+    """Startup deadline and vanished tasks, for when no supervisor is there to see them.
+    A job with restarts has a driver of its attempts that does it (and names the end
+    reason, which this could not)."""
+    if plan.restarts.enabled or rdv.read_abort() is not None:
         return
     missing = missing_at_deadline(plan, rdv.read_tasks(plan.task_keys()),
                                   time.time() - DEADLINE_MARGIN_S)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Mapping, Optional
 
+from ..backends.local import LocalBackend
 from ..errors import MxbatchError, SpecError
 from ..quoting import quote, shell_words
 from ..runtime import net, wire
@@ -148,14 +149,17 @@ def scheduler_port(low: int, high: int, bind_ip: str) -> int:
     return port
 
 
-def render_script(spec: JobSpec, backend: str, port: Optional[int] = None) -> str:
+def render_script(spec: JobSpec, backend: str, port: Optional[int] = None,
+                  count_flags: Optional[Mapping[Role, str]] = None) -> str:
     """The bash script for ``spec`` (see the module docstring). Only for jobs whose roles
-    all run here: ``backend`` must be ``local``."""
+    all run here: ``backend`` must be ``local``. ``count_flags``: the flags that set role
+    counts, for errors."""
     if backend != "local":
         raise SpecError(f"--format shell writes a script that runs every role on this "
                         f"machine; it is for the local backend, not {backend!r}",
                         key="--format", hint="add --backend local")
-    job = planning.make(spec, backend, loopback_only=True)
+    job = planning.make(spec, backend, loopback_only=True, max_tasks=LocalBackend.max_tasks,
+                        count_flags=count_flags)
     run = job.run
     try:
         address = net.scheduler_ip(run.interface, run.loopback_only)

@@ -4,7 +4,8 @@
                                      [--array-base B]] [--kv-store MODULE:FACTORY]
         supervise one task (a batch array task, a YARN container, an MPI rank)
     python3 runtime.pyz agent RUN_DIR [--tasks all|I,J,...] [--slots N] [--cancel-on-signal]
-        supervise several tasks in one process (the local backend's job, an ssh host)
+        supervise several tasks in one process (the local backend's job); with every
+        task, attempt after attempt (``jobloop``: restarts)
     python3 runtime.pyz remote DIR
         the agent of an ssh host, driven through stdin and stdout (``remote``)
 
@@ -16,6 +17,9 @@ pass it (mpirun passes only what it is told to). ``--exit-zero``: the outcome is
 records; a non-zero exit would make mpirun kill every other task's agent before it
 could stop its role and record why. ``--launcher-signals``: mpirun's SIGTERM stops the
 role but is not the job's abort: the controller that runs mpirun knows the cause.
+
+``run`` supervises attempt ``$MXBATCH_ATTEMPT`` (default 0) of the job, launched for
+``$MXBATCH_RESTART_REASON``: the batch system's submission of that attempt sets both.
 
 Exit status: 0 when every task supervised succeeded, 1 when one failed or was
 stopped, 2 for a usage or identity error.
@@ -36,16 +40,22 @@ import importlib
 import json
 import os
 import sys
+import time
 from typing import Dict, List, Optional
 
+from . import wire
 from .agent import Agent
+from .attempts import read_attempts
+from .jobloop import AttemptContext, AttemptLoop, attempt_plan, file_attempt_end
 from .kvrendezvous import KeyValueRendezvous
 from .layout import RunLayout
+from .osbytes import relay_streams
 from .planfile import RunPlan, TaskInfo
 from .remote import main as remote_main
 from .remote import merged_environment
 from .rendezvous import FileRendezvous
 from .roles import Role
+from .states import EndReason
 from .task import TaskIdentityError, resolve
 
 
@@ -120,7 +130,40 @@ def _environ(path: Optional[str]) -> Optional[Dict[str, str]]:
     return merged_environment(os.environ, {str(k): str(v) for k, v in submitted.items()})
 
 
+def _attempt_from_environment(plan: RunPlan) -> AttemptContext:
+    """The attempt a batch system's submission says this task belongs to, and when that
+    attempt started (``attempts.json``; else now: the start-up deadline counts from it)."""
+    index_text = os.environ.get(wire.ATTEMPT, "0")
+    index = int(index_text) if index_text.isdigit() else 0
+    started = plan.created_at
+    if index > 0:
+        record = read_attempts(plan.layout.attempts_record)
+        known = [a for a in (record.attempts if record else []) if a.index == index]
+        started = known[0].started_at if known else time.time()
+    return AttemptContext(index, EndReason.parse(os.environ.get(wire.RESTART_REASON)), (),
+                          started)
+
+
+def _run_all(plan: RunPlan, tasks: List[TaskInfo], args: argparse.Namespace,
+             environ: Optional[Dict[str, str]]) -> int:
+    """Every task of the job in this process, attempt after attempt (the local job
+    manager): 0 when the job succeeded."""
+
+    def run_attempt(ctx: AttemptContext):
+        rdv = FileRendezvous(plan.run_dir, ctx.index)
+        agent = Agent(attempt_plan(plan, ctx.started_at, ctx.index), tasks, rdv,
+                      slots=args.slots, environ=environ, signals_cancel=args.cancel_on_signal,
+                      attempt=ctx.index, restart_reason=ctx.reason_name)
+        code = agent.run()
+        rdv.close(code)
+        return file_attempt_end(plan, rdv)
+
+    outcome = AttemptLoop(plan, run_attempt).run().outcome
+    return 0 if outcome is EndReason.SUCCEEDED else 1
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    relay_streams()  # the supervisor's own output may quote commands and values
     args = _parser().parse_args(argv)
     run_dir = os.path.abspath(args.run_dir)
     if args.command == "remote":
@@ -152,9 +195,17 @@ def main(argv: Optional[List[str]] = None) -> int:
             sys.stderr.write("mxbatch runtime: --kv-store %s: %s: %s\n"
                              % (args.kv_store, type(exc).__name__, exc))
             return 2
-    agent = Agent(plan, tasks, rendezvous, slots=getattr(args, "slots", None),
+    if args.command == "agent" and len(tasks) == len(plan.tasks):
+        return _run_all(plan, tasks, args, environ)
+    ctx = _attempt_from_environment(plan) if args.command == "run" else AttemptContext(
+        0, None, (), plan.created_at)
+    if ctx.index and isinstance(rendezvous, FileRendezvous):
+        rendezvous = FileRendezvous(run_dir, ctx.index)
+    agent = Agent(attempt_plan(plan, ctx.started_at, ctx.index), tasks, rendezvous,
+                  slots=getattr(args, "slots", None),
                   environ=environ, signals_cancel=getattr(args, "cancel_on_signal", False),
-                  signals_from_launcher=getattr(args, "launcher_signals", False))
+                  signals_from_launcher=getattr(args, "launcher_signals", False),
+                  attempt=ctx.index, restart_reason=ctx.reason_name)
     code = agent.run()
     rendezvous.close(code)
     return 0 if getattr(args, "exit_zero", False) else code

@@ -13,11 +13,23 @@ Each loop (every ``POLL_S``, woken at once by role output and by SIGCHLD):
   heartbeat (see ``watch``);
 - running roles' progress (CPU, output, stopped) is measured every ``PROGRESS_S`` for
   stall detection (a role in a container: the container's processes);
-- a signal to the agent (SIGTERM, SIGINT, SIGHUP) aborts the job: cancelled, when the
-  agent stands for the user (the local job manager, an attached ``mxbatch launch``),
-  else failed (a batch system's SIGTERM: walltime, preemption); with
-  ``signals_from_launcher`` (mpirun's ranks) the agent only stops its roles, and the
-  launcher's controller, which knows why it ended the job, writes the abort.
+- a signal to the agent (SIGTERM, SIGINT, SIGHUP, and those ``plan.signal_ends``
+  names) aborts the job: cancelled, when the agent stands for the user (the local job
+  manager, an attached ``mxbatch launch``) unless the signal means an end that
+  ``restarts.on`` lists (SIGTERM: preempted); else with the end the plan gives the
+  signal (a batch system's SIGTERM: preempted; its warning before the time limit:
+  walltime); with ``signals_from_launcher`` (mpirun's ranks) the agent only stops its
+  roles, and the launcher's controller, which knows why it ended the job, writes the
+  abort;
+- an abort for preemption or walltime (with restarts on) first sends every running
+  worker the checkpoint signal (``restarts.checkpoint_signal``) and gives it
+  ``restarts.checkpoint_grace`` to exit by itself, while the scheduler and servers
+  keep running for it until every worker of the job has ended (the watcher says so in
+  its digest); then the usual teardown.
+
+The agent runs one attempt of the job (``attempt``): its records and logs are the
+attempt's (``RunLayout.attempt``), and its roles see ``MXBATCH_ATTEMPT`` and
+``MXBATCH_RESTART_REASON``; relaunching is the attempt loop's business (``jobloop``).
 
 File operations on shared storage, per task and second in steady state: a heartbeat
 write every 5 s (2 operations: temporary file, rename), the abort record every second
@@ -36,11 +48,12 @@ import sys
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional
 
-from . import procstat
+from . import procstat, wire
 from .planfile import RunPlan, TaskInfo
 from .rendezvous import Rendezvous, TaskKey
-from .states import AbortKind, AbortRecord, TaskRecord, TaskState
-from .taskrunner import Phase, TaskFailed, TaskRunner
+from .roles import Role
+from .states import AbortKind, AbortRecord, EndReason, TaskRecord, TaskState
+from .taskrunner import AttemptEnds, Phase, TaskFailed, TaskRunner
 from .watch import DigestFollower, JobWatch
 
 POLL_S = 0.05
@@ -74,25 +87,36 @@ class Agent:
     ``slots``: at most this many tasks run at once, the rest queue (task order);
     ``environ``: what roles inherit (default this process's); ``signals_cancel``: a
     signal to the agent cancels the job rather than failing it; ``on_tick``: called
-    once per loop (an attached CLI streams logs there)."""
+    once per loop (an attached CLI streams logs there); ``attempt``: which attempt of
+    the job this is, ``restart_reason``: why it was launched (the previous one's end).
+    For attempt k >= 1, ``plan.created_at`` must be the attempt's start (its start-up
+    deadline counts from there: ``jobloop.attempt_plan``)."""
 
     def __init__(self, plan: RunPlan, tasks: List[TaskInfo], rendezvous: Rendezvous, *,
                  slots: Optional[int] = None, environ: Optional[Dict[str, str]] = None,
                  signals_cancel: bool = False, signals_from_launcher: bool = False,
-                 on_tick: Optional[Callable[[], None]] = None) -> None:
+                 on_tick: Optional[Callable[[], None]] = None, attempt: int = 0,
+                 restart_reason: Optional[str] = None) -> None:
         self.plan = plan
         self.rdv = rendezvous
         self.on_tick = on_tick
         self.signals_cancel = signals_cancel
         self.signals_from_launcher = signals_from_launcher
+        self.attempt = attempt
         env = dict(os.environ if environ is None else environ)
         limit = slots or len(tasks)
-        self.runners = [TaskRunner(plan, task, rendezvous, env, os.getpid(), queued=i >= limit)
+        layout = plan.layout_of(attempt)
+        attempt_env = {wire.ATTEMPT: str(attempt), wire.RESTART_REASON: restart_reason or ""}
+        self.runners = [TaskRunner(plan, task, rendezvous, env, os.getpid(), queued=i >= limit,
+                                   layout=layout, attempt_env=attempt_env)
                         for i, task in enumerate(tasks)]
         self.slots = limit
         self.by = (tasks[0].label if len(tasks) == 1
                    else "the agent on %s" % socket.gethostname())
         self.own = {(t.role, t.rank) for t in tasks}
+        #: this agent supervises every worker of the job (it knows when they all ended)
+        self.owns_workers = all((t.role, t.rank) in self.own
+                                for t in plan.tasks_of(Role.WORKER))
         watching = any(t.index == 0 for t in tasks)
         self.watch = JobWatch(plan, self.by) if watching else None
         self.follower = None if watching else DigestFollower(plan)
@@ -112,7 +136,7 @@ class Agent:
         try:
             return self._run()
         except BaseException as exc:  # the agent itself broke: take the job down with it
-            self._abort(AbortRecord(kind=AbortKind.FAILED, by=self.by,
+            self._abort(AbortRecord(kind=AbortKind.FAILED, by=self.by, end=EndReason.FAILURE,
                                     reason="%s: the supervisor failed: %s: %s"
                                            % (self.by, type(exc).__name__, exc)))
             raise
@@ -137,8 +161,8 @@ class Agent:
             for runner in self.runners:
                 try:
                     runner.step(wall, mono, self.workers_done_seen)
-                except TaskFailed as failed:
-                    self._abort(failed.abort)
+                except (TaskFailed, AttemptEnds) as ended:
+                    self._abort(ended.abort)
                 self._register(runner)
             self._handle_signal(wall, mono)
             self._write_records(force=False)  # before the digest, which may count them
@@ -182,6 +206,10 @@ class Agent:
 
     def _stop_all(self, abort: AbortRecord, wall: float, mono: float) -> None:
         self.aborted = abort
+        checkpoint = self._checkpoint_signal(abort)
+        deadline = mono + self.plan.restarts.checkpoint_grace_s
+        for runner in self.runners:  # every role's last output before any teardown note
+            runner.drain_output(mono)
         for runner in self.runners:
             if runner.phase is Phase.QUEUED:
                 runner.record.note = "never started: job aborted"
@@ -190,9 +218,45 @@ class Agent:
                 runner.record.ended_at = wall
                 runner.dirty = True
             elif runner.record.state is not TaskState.FAILED:
-                if runner.phase not in (Phase.STOPPING, Phase.DONE):
-                    runner.say("stopping: %s" % abort.reason)
-                runner.stop(TaskState.CANCELLED, "stopped: " + abort.reason, wall, mono)
+                note = "stopped: " + abort.reason
+                if checkpoint is not None and runner.phase is Phase.RUNNING \
+                        and runner.proc is not None and runner.proc.poll() is None:
+                    if runner.task.role is Role.WORKER:
+                        runner.checkpoint(checkpoint, deadline, note)
+                    else:
+                        runner.say("%s: kept running while the workers checkpoint"
+                                   % abort.reason)
+                        runner.hold(deadline, note)
+                    continue
+                runner.stop_for_job(abort.reason, wall, mono)
+
+    def _checkpoint_signal(self, abort: AbortRecord) -> Optional[int]:
+        """The signal workers get before the teardown of an attempt that ends on
+        preemption or walltime, with restarts on; None: no checkpoint step."""
+        restarts = self.plan.restarts
+        if not (restarts.enabled and abort.end_reason.checkpoints
+                and restarts.checkpoint_signal):
+            return None
+        return int(signal.Signals[restarts.checkpoint_signal])
+
+    def _release_held(self, wall: float, mono: float) -> None:
+        """After a checkpoint abort: stop the held roles once every worker has ended
+        (as this agent knows: its own workers, or the watcher's digest)."""
+        held = [r for r in self.runners if r.phase is Phase.HOLDING]
+        if not held:
+            return
+        if self.watch is not None and self._due("watch", mono, self.schedule.watch_s):
+            records = self._all_records(own_only=False)
+            self.rdv.publish_digest(self.watch.digest(records, wall))
+        if self.owns_workers:
+            ended = all(r.done for r in self.runners if r.task.role is Role.WORKER)
+        elif self.watch is not None:
+            ended = self.watch.workers_ended_at is not None
+        else:
+            ended = self.follower is not None and self.follower.workers_ended_seen is not None
+        if ended:
+            for runner in held:
+                runner.release("every worker has ended", wall, mono)
 
     # ------------------------------------------------------------------ periodic work
     def _due(self, name: str, mono: float, interval: float) -> bool:
@@ -214,7 +278,13 @@ class Agent:
                 self.workers_done_seen = self.follower.workers_done_seen
                 lost = self.follower.watcher_lost(mono)
                 if lost and self.aborted is None:
-                    self._abort(AbortRecord(kind=AbortKind.FAILED, reason=lost, by=self.by))
+                    scheduler = self.rdv.read_scheduler()
+                    host = scheduler.host if scheduler is not None else ""
+                    self._abort(AbortRecord(kind=AbortKind.FAILED, reason=lost, by=self.by,
+                                            end=EndReason.NODE_FAILURE,
+                                            hosts=[host] if host else []))
+        if self.aborted is not None:
+            self._release_held(wall, mono)
         if self.aborted is None and self._due("abort", mono, self.schedule.abort_poll_s):
             abort = self.rdv.read_abort()
             if abort is not None:
@@ -306,7 +376,9 @@ class Agent:
         self._wakeup = write_end
         self._selector.register(read_end, selectors.EVENT_READ, None)
         previous[-1] = old_fd
-        for signum in _SIGNALS:
+        extra = tuple(signal.Signals[name] for name in self.plan.signal_ends
+                      if name in signal.Signals.__members__)
+        for signum in _SIGNALS + tuple(s for s in extra if s not in _SIGNALS):
             previous[signum] = signal.signal(signum, self._on_signal)
         previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda *_: None)
         return previous
@@ -332,14 +404,19 @@ class Agent:
         self.signal_received = self.signal_received or name
         if self.aborted is not None:
             return
-        if self.signals_cancel:
+        end = EndReason.parse(self.plan.signal_ends.get(name))
+        if self.signals_cancel and (end is None or not self.plan.restarts.restarts_on(end)):
             reason = ("interrupted (%s)" % ("Ctrl-C" if name == "SIGINT" else name))
-            self._abort(AbortRecord(kind=AbortKind.CANCELLED, reason=reason, by=self.by))
+            self._abort(AbortRecord(kind=AbortKind.CANCELLED, reason=reason, by=self.by,
+                                    end=EndReason.CANCELLED))
         elif self.signals_from_launcher:  # stop here; the launcher's controller says why
             self._stop_all(AbortRecord(kind=AbortKind.FAILED, by=self.by,
                                        reason="stopped by the launcher (%s)" % name),
                            wall, mono)
         else:
+            said = " (%s)" % end.value if end is not None else ""
             self._abort(AbortRecord(kind=AbortKind.FAILED, by=self.by,
-                                    reason="%s: supervisor received %s" % (self.by, name)))
+                                    end=end or EndReason.FAILURE,
+                                    reason="%s: supervisor received %s%s"
+                                           % (self.by, name, said)))
         sys.stderr.write("mxbatch: %s received %s: stopping the job\n" % (self.by, name))

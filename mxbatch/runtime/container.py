@@ -5,14 +5,17 @@ The supervisor stays on the host; only the role runs in the container:
 
 - docker/podman: ``<runtime> run --rm --init --network host --name <name> --env-file
   <file> -e DMLC_PS_ROOT_URI -e DMLC_PS_ROOT_PORT -e DMLC_NODE_HOST -v <workdir>:<workdir>
-  -v <run dir>:<run dir>:ro [mounts] -w <workdir> [limits] [GPUs] [options] <image>
+  -v <hook dir>:<hook dir>:ro [mounts] -w <workdir> [limits] [GPUs] [options] <image>
   <argv>``; limits: docker ``--ulimit core=0`` unless the spec allows core dumps,
   podman ``--ulimit host`` (the client's limits, RLIMIT_CORE included). The host's
   network, because ps-lite advertises addresses others must reach; ``--init``,
   because Python as PID 1 ignores SIGTERM; the name ``mxbatch-<job-id>-<role>-<rank>``
   (``container_name``), so the container can be removed by name whatever happened to
-  the client; the run directory at the same path (read-only), because the exception
-  hook on PYTHONPATH lives there.
+  the client; the exception hook's directory (``<run dir>/pyhook``, on PYTHONPATH) at
+  the same path, read-only, and alone: the run directory is 0700, and an image's own
+  user (not the submitting uid) could not read the hook through it; Python skips an
+  unreadable PYTHONPATH entry without a word, and an uncaught exception then hung the
+  job in MXNet's exit barrier (measured with a non-root image).
 - apptainer (or singularity): ``apptainer exec --cleanenv --env-file <file> --bind
   <workdir> --bind <run dir>:<run dir>:ro [binds] --pwd <workdir> [--nv] [options]
   <image> <argv>``; no daemon, so the role's processes are the client's own children.
@@ -51,8 +54,9 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from . import osbytes
 from .files import atomic_write
 from .layout import RunLayout
 from .wire import JOB_ID, RENDEZVOUS_VARIABLES
@@ -192,7 +196,8 @@ def run_argv(container: ContainerPlan, job_id: str, workdir: str, layout: RunLay
                "--name", container_name(job_id, role, rank), "--env-file", env_file]
     for name in RENDEZVOUS_VARIABLES:
         command += ["-e", name]
-    command += ["-v", "%s:%s" % (workdir, workdir), "-v", "%s:%s:ro" % (run_dir, run_dir)]
+    hook_dir = layout.pyhook_dir
+    command += ["-v", "%s:%s" % (workdir, workdir), "-v", "%s:%s:ro" % (hook_dir, hook_dir)]
     for mount in container.mounts:
         command += ["-v", mount]
     command += ["-w", workdir]
@@ -253,7 +258,7 @@ def env_file_text(runtime: ContainerRuntime, env: Mapping[str, str]) -> Tuple[st
 def write_private(path: str, text: str) -> None:
     """Write ``text`` to ``path`` with mode 0600 (through a temporary file and rename)."""
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    atomic_write(path, text.encode(), 0o600)
+    atomic_write(path, osbytes.encode(text), 0o600)  # the values' bytes as the OS gave them
 
 
 def remove_argv(runtime: ContainerRuntime, names: Sequence[str],
@@ -307,6 +312,17 @@ class Moment(enum.Enum):
     FINISHED = "finished"  # the client has ended
 
 
+class ContainerStart(NamedTuple):
+    """How a role's container starts: the client's argv and environment, the names the
+    env file could not carry (``env_file_text``), and the variables and arguments that
+    were no UTF-8 (given with U+FFFD for each such byte)."""
+
+    argv: List[str]
+    env: Dict[str, str]
+    skipped: List[str]
+    not_utf8: List[str]
+
+
 class RoleContainer:
     """The container of one task while it runs: start, main process, removal.
 
@@ -343,11 +359,12 @@ class RoleContainer:
     def prepare(self, environ: Mapping[str, str],
                 role_env_of: Callable[[Mapping[str, str]], Dict[str, str]],
                 rendezvous_env: Mapping[str, str], argv: Sequence[str], gpus: int,
-                core_dumps: bool, mono: float) -> Tuple[List[str], Dict[str, str], List[str]]:
-        """Write the environment file and return (the client's argv, its environment,
-        the names the file could not carry). ``role_env_of(inherited)``: the role's
-        environment built on an inherited one (``role_environment`` without the
-        rendezvous variables). Raises OSError if the runtime is not installed here."""
+                core_dumps: bool, mono: float) -> "ContainerStart":
+        """Write the environment file and return how to start the client
+        (``ContainerStart``). ``role_env_of(inherited)``: the role's environment built
+        on an inherited one (``role_environment`` without the rendezvous variables).
+        Values and arguments that are no UTF-8 get U+FFFD for each such byte (the
+        runtimes take UTF-8 only). Raises OSError if the runtime is not installed here."""
         self.binary = find_binary(self.plan.runtime, environ.get("PATH"))
         if self.binary is None:
             raise OSError("%s is not installed on this host (not on PATH)"
@@ -355,16 +372,19 @@ class RoleContainer:
         devices = visible_devices(environ)
         gpu_given = bool(gpu_options(self.plan.runtime, self.plan.gpus, gpus, devices))
         env = role_env_of(container_inherited(environ, self.plan, gpu_given))
+        not_utf8 = sorted(name for name, value in env.items() if osbytes.utf8(value) != value)
+        not_utf8 += ["argument %d" % i for i, arg in enumerate(argv) if osbytes.utf8(arg) != arg]
+        env = {name: osbytes.utf8(value) for name, value in env.items()}
         text, skipped = env_file_text(self.plan.runtime, env)
         write_private(self.env_file, text)
         command = run_argv(self.plan, self.job_id, self.workdir, self.layout, self.role,
-                           self.rank, argv, gpus=gpus, core_dumps=core_dumps,
-                           binary=self.binary, devices=devices)
+                           self.rank, [osbytes.utf8(arg) for arg in argv], gpus=gpus,
+                           core_dumps=core_dumps, binary=self.binary, devices=devices)
         self.client_env = client_environment(self.plan, environ, rendezvous_env, self.job_id)
         self.pid = None
         self._next_inspect = mono + INSPECT_FIRST_S
         self._inspect_wait = INSPECT_FIRST_S
-        return command, self.client_env, skipped
+        return ContainerStart(command, self.client_env, skipped, not_utf8)
 
     # ------------------------------------------------------------------ main process
     def poll(self, mono: float) -> None:

@@ -10,14 +10,14 @@ inherited ``DMLC_*``) never pass.
 import os
 from typing import Dict, Mapping, Optional
 
-from .wire import OWN_PREFIXES
+from .wire import OWN_PREFIXES, PS_NODE_PORT
 
 # Kept even when inheritance is off: what any process needs, and what the
 # batch system tells its tasks.
 _ALWAYS_KEPT = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TMPDIR", "TZ",
                 "TERM", "JOB_ID", "CONTAINER_ID")
 _ALWAYS_KEPT_PREFIXES = ("SGE_", "SLURM_", "PBS_", "LC_", "SKEIN_", "HADOOP_", "YARN_")
-_DROPPED = ("PORT",)
+_DROPPED = (PS_NODE_PORT,)
 _DROPPED_PREFIXES = OWN_PREFIXES
 
 

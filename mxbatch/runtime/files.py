@@ -1,6 +1,7 @@
 """Writing a file so that a reader sees either the old content or all of the new: the
 one implementation of temp file + (fsync) + rename, for records, the sitecustomize
-hook, containers' env files and the CLI's job records.
+hook, containers' env files and the CLI's job records; and reading such a JSON record
+(``read_json``: a missing, partial or unreadable file reads as "not there").
 
 A temporary name is unique per host, process and call, so writers on several hosts
 sharing an NFS directory never collide; a failed write leaves no temporary file.
@@ -10,7 +11,7 @@ import json
 import os
 import random
 import socket
-from typing import Any
+from typing import Any, Optional
 
 
 def temp_name(target: str) -> str:
@@ -53,3 +54,12 @@ def atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
 def atomic_write_json(path: str, data: Any, *, indent: Any = None) -> None:
     """``data`` as JSON (sorted keys) written to ``path`` by ``atomic_write``."""
     atomic_write(path, json.dumps(data, sort_keys=True, indent=indent).encode())
+
+
+def read_json(path: str) -> Optional[Any]:
+    """The JSON in ``path``; None when missing, unreadable or incomplete."""
+    try:
+        with open(path, "rb") as handle:
+            return json.loads(handle.read().decode())
+    except (OSError, ValueError):
+        return None

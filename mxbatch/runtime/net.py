@@ -88,7 +88,11 @@ def node_ip(interface: Optional[str], scheduler_address: str) -> str:
 
 
 def port_is_free(ip: str, port: int) -> bool:
+    """Whether ``ip:port`` can be bound, as ps-lite binds it (``SO_REUSEADDR``, which zmq
+    sets): a port left in ``TIME_WAIT`` by an earlier job is free, one something
+    listens on is not. Only a hint: another process may bind it right after."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((ip, port))
         except OSError:
@@ -97,7 +101,8 @@ def port_is_free(ip: str, port: int) -> bool:
 
 
 def candidate_ports(low: int, high: int, bind_ip: str = "") -> Iterator[int]:
-    """Free-looking ports of ``low..high`` in random order (another job may share the range)."""
+    """Free-looking ports of ``low..high`` in random order (another job may share the
+    range; whether the role really got its port is ``listeners``' to say)."""
     ports = list(range(low, high + 1))
     random.shuffle(ports)
     for port in ports:
@@ -105,10 +110,20 @@ def candidate_ports(low: int, high: int, bind_ip: str = "") -> Iterator[int]:
             yield port
 
 
-def accepts_connections(ip: str, port: int, timeout: float = 0.5) -> bool:
-    """True when something listens on ip:port."""
-    try:
-        with socket.create_connection((ip, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
+def member_port(low: int, high: int, index: int, tasks: int, bind_ip: str,
+                avoid: int = 0) -> Optional[int]:
+    """The port for task ``index`` (of ``tasks``) to bind as a server or worker: the first
+    free one of its own window of ``low..high`` (the range split evenly, in task order),
+    so that members on one host listen on ports that grow with their task index: ps-lite
+    ranks the nodes of one host by port, and ``kv.rank`` then equals mxbatch's rank.
+    None when its window is empty or taken (ps-lite picks a port itself then);
+    ``avoid``: the scheduler's port."""
+    width = (high - low + 1) // max(1, tasks)
+    if width < 1:
+        return None
+    start = low + index * width
+    for port in range(start, min(start + width, high + 1)):
+        if port != avoid and port_is_free(bind_ip, port):
+            return port
+    return None
+

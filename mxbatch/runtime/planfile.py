@@ -9,6 +9,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from .attempts import RestartPlan
 from .container import ContainerPlan
 from .layout import RunLayout, task_name
 from .roles import Role
@@ -75,6 +76,12 @@ class RunPlan:
     # Run every role in this container (docker, podman, apptainer); None: bare processes.
     container: Optional[ContainerPlan] = None
     tasks: List[TaskInfo] = field(default_factory=list)
+    # Relaunch the job after an attempt ends (``restarts``; max 0: never).
+    restarts: RestartPlan = field(default_factory=RestartPlan)
+    # What a signal to a task's supervisor means on this backend, by signal name
+    # ("SIGTERM": "preempted" on a batch system; "SIGUSR1": "walltime", the scheduler's
+    # warning before the time limit): an ``EndReason`` value.
+    signal_ends: Dict[str, str] = field(default_factory=dict)
 
     @property
     def layout(self) -> RunLayout:
@@ -83,6 +90,10 @@ class RunPlan:
     @property
     def startup_deadline(self) -> float:
         return self.created_at + self.startup_timeout_s
+
+    def layout_of(self, attempt: int) -> RunLayout:
+        """The run directory as attempt ``attempt`` sees it."""
+        return RunLayout(self.run_dir, attempt)
 
     def task_keys(self) -> List[Tuple[Role, int]]:
         """(role, rank) of every task, in task order."""
@@ -106,4 +117,5 @@ class RunPlan:
         data["tasks"] = [TaskInfo(**dict(t, role=Role(t["role"]))) for t in data["tasks"]]
         if data.get("container") is not None:
             data["container"] = ContainerPlan.from_dict(data["container"])
+        data["restarts"] = RestartPlan.from_dict(data.get("restarts"))
         return cls(**data)

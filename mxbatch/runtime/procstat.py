@@ -16,7 +16,7 @@ those in containers included, with host pids and parents.
 """
 
 import os
-from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 
 class GroupStat(NamedTuple):
@@ -25,6 +25,7 @@ class GroupStat(NamedTuple):
     processes: int
     cpu_ticks: int
     leader_stopped: bool
+    pids: Tuple[int, ...] = ()
 
 
 def _parse_stat(text: str) -> Tuple[str, int, int, int]:
@@ -43,6 +44,7 @@ def snapshot(pgids: Iterable[int], roots: Iterable[int] = ()) -> Dict[int, Group
     counts: Dict[int, int] = {}
     ticks: Dict[int, int] = {}
     stopped: Dict[int, bool] = {}
+    members: Dict[int, List[int]] = {}
     # every live process, for the trees: pid -> (ppid, cpu, stopped)
     procs: Dict[int, Tuple[int, int, bool]] = {}
     try:
@@ -65,9 +67,11 @@ def snapshot(pgids: Iterable[int], roots: Iterable[int] = ()) -> Dict[int, Group
             continue
         counts[pgrp] = counts.get(pgrp, 0) + 1
         ticks[pgrp] = ticks.get(pgrp, 0) + cpu
+        members.setdefault(pgrp, []).append(int(entry))
         if int(entry) == pgrp:
             stopped[pgrp] = state in ("T", "t")
-    result = {pgid: GroupStat(counts[pgid], ticks[pgid], stopped.get(pgid, False))
+    result = {pgid: GroupStat(counts[pgid], ticks[pgid], stopped.get(pgid, False),
+                              tuple(members[pgid]))
               for pgid in counts}
     if tree_roots:
         children: Dict[int, List[int]] = {}
@@ -80,6 +84,40 @@ def snapshot(pgids: Iterable[int], roots: Iterable[int] = ()) -> Dict[int, Group
     return result
 
 
+def members(pgid: int, roots: Iterable[int] = ()) -> Set[int]:
+    """The live processes of a role: its process group ``pgid``, the processes under its
+    leader (those that left the group included) and the trees under ``roots`` (a
+    container's main process); one scan of ``/proc``."""
+    found: Set[int] = set()
+    alive: Set[int] = set()
+    children: Dict[int, List[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as handle:
+                state, ppid, pgrp, _ = _parse_stat(handle.read())
+        except (OSError, ValueError, IndexError):
+            continue
+        if state in ("Z", "X"):
+            continue
+        alive.add(int(entry))
+        children.setdefault(ppid, []).append(int(entry))
+        if pgrp == pgid:
+            found.add(int(entry))
+    pending = [pgid] + list(roots)
+    while pending:
+        pid = pending.pop()
+        pending.extend(children.pop(pid, ()))
+        if pid in alive:
+            found.add(pid)
+    return found
+
+
 def _tree_stat(root: int, procs: Dict[int, Tuple[int, int, bool]],
                children: Dict[int, List[int]]) -> Optional[GroupStat]:
     """The tree under ``root``: its size, CPU time, and whether the root or one of its
@@ -88,10 +126,12 @@ def _tree_stat(root: int, procs: Dict[int, Tuple[int, int, bool]],
         return None
     count = cpu = 0
     pending = [root]
+    seen: List[int] = []
     while pending:
         pid = pending.pop()
         count += 1
         cpu += procs[pid][1]
+        seen.append(pid)
         pending.extend(children.get(pid, ()))
     leaders = [root] + children.get(root, [])
-    return GroupStat(count, cpu, any(procs[pid][2] for pid in leaders))
+    return GroupStat(count, cpu, any(procs[pid][2] for pid in leaders), tuple(seen))

@@ -57,14 +57,31 @@ _mxbatch_chain()
 
 
 def install(directory: str) -> str:
-    """Write ``sitecustomize.py`` into ``directory`` (idempotent); returns the directory."""
+    """Write ``sitecustomize.py`` into ``directory`` (idempotent); returns the directory.
+
+    Both readable by everyone (0755, 0644): a container mounts this directory alone,
+    and its user may be another uid than the run directory's owner. Nothing is exposed
+    on the host: the run directory around it is 0700."""
     os.makedirs(directory, exist_ok=True)
+    _readable(directory, 0o755)
     path = os.path.join(directory, "sitecustomize.py")
     try:
         with open(path) as handle:
             if handle.read() == SITECUSTOMIZE:
+                _readable(path, 0o644)
                 return directory
     except OSError:
         pass
     atomic_write(path, SITECUSTOMIZE.encode(), 0o644)
+    _readable(path, 0o644)  # os.open's mode is cut by the umask
     return directory
+
+
+def _readable(path: str, mode: int) -> None:
+    """Give ``path`` ``mode`` if it has another (best effort: the hook still works for
+    the run directory's owner)."""
+    try:
+        if os.stat(path).st_mode & 0o7777 != mode:
+            os.chmod(path, mode)
+    except OSError:
+        pass

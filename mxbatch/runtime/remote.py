@@ -9,7 +9,8 @@ and writes to the session's stdin, in order:
    directory (``mkdtemp``, mode 0700) and execs ``python3 runtime.pyz remote DIR``
    (``main`` here), which speaks ``channel`` messages on the same stdin and stdout;
 2. ``{"t": "setup", "plan": PLAN_JSON, "env": ENV, "tasks": [I, ...], "host": NAME,
-   "check_workdir": BOOL, "make_dirs": [...]}``: the plan (``run_dir`` becomes DIR),
+   "check_workdir": BOOL, "make_dirs": [...], "attempt": K, "restart_reason": R}``:
+   the plan (``run_dir`` becomes DIR; its deadlines the attempt's),
    the submitter's environment (it never appears on a command line), this host's
    task indexes. The agent creates ``make_dirs`` (a sync destination), checks the
    working directory if asked, and answers ``{"t": "hello", ...}`` (Python version,
@@ -141,7 +142,9 @@ def _serve(channel: Channel, run_dir: str) -> int:
     env = merged_environment(os.environ, setup.get("env") or {})
     where = "the agent on %s" % setup.get("host", socket.gethostname())
     rdv = ChannelRendezvous(channel, reply_timeout_s=plan.heartbeat_timeout_s, where=where)
-    agent = Agent(plan, tasks, rdv, environ=env, signals_cancel=False)
+    agent = Agent(plan, tasks, rdv, environ=env, signals_cancel=False,
+                  attempt=int(setup.get("attempt") or 0),
+                  restart_reason=str(setup.get("restart_reason") or ""))
     code = agent.run()
     rdv.close(code)
     return code

@@ -34,7 +34,13 @@ import random
 import time
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
-from .files import atomic_write_json, temp_name, unlink_quietly, write_synced
+from .files import (
+    atomic_write_json,
+    read_json,
+    temp_name,
+    unlink_quietly,
+    write_synced,
+)
 from .layout import RunLayout
 from .planfile import RunPlan
 from .roles import Role
@@ -107,14 +113,15 @@ class Rendezvous(abc.ABC):
 
 
 class FileRendezvous(Rendezvous):
-    """The rendezvous as files of a run directory (see the module docstring)."""
+    """The rendezvous as files of a run directory (see the module docstring), of one
+    attempt of the job (``attempt``: its records, ``RunLayout.attempt``)."""
 
-    def __init__(self, run_dir: str) -> None:
-        self.layout = RunLayout(run_dir)
+    def __init__(self, run_dir: str, attempt: int = 0) -> None:
+        self.layout = RunLayout(run_dir, attempt)
         self.ops = 0
 
     def prepare(self, plan: RunPlan) -> None:
-        os.makedirs(self.layout.tasks_dir, exist_ok=True)
+        os.makedirs(self.layout.tasks_dir, mode=0o700, exist_ok=True)
         for path in (self.layout.scheduler, self.layout.digest, self.layout.abort):
             self._write(path, {})  # unpublished
         for task in plan.tasks:
@@ -254,18 +261,6 @@ class MirroredRendezvous(Rendezvous):
         if self._mirrored.get(record.key) != data:
             self.mirror.write_task(record)
             self._mirrored[record.key] = data
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def read_json(path: str) -> Optional[Any]:
-    """The JSON in ``path``; None when missing, unreadable or incomplete."""
-    try:
-        with open(path, "rb") as handle:
-            return json.loads(handle.read().decode())
-    except (OSError, ValueError):
-        return None
 
 
 class Backoff:

@@ -2,7 +2,8 @@
 
 - ``SchedulerRecord``: where the ps-lite scheduler listens (``scheduler.json``);
 - ``TaskRecord``: what a supervisor says of its task (``tasks/<role>-<rank>.json``);
-- ``AbortRecord``: why the job ends early (``abort.json``; the first one wins);
+- ``AbortRecord``: why the job ends early (``abort.json``; the first one wins), with
+  the ``EndReason`` every backend maps its native facts onto;
 - ``DigestRecord``: what the job's watcher saw of all tasks (``digest.json``).
 
 Each is a dataclass with ``to_dict``/``from_dict`` (plain JSON data) and a
@@ -12,7 +13,7 @@ or one from another version), so readers never see half a record.
 
 import enum
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Dict, Iterable, Optional, Tuple, Type, TypeVar
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Type, TypeVar
 
 from .roles import Role
 
@@ -59,11 +60,41 @@ class AbortKind(str, enum.Enum):
     CANCELLED = "CANCELLED"  # a user asked for it
 
 
+class EndReason(str, enum.Enum):
+    """Why an attempt of a job ended: the one vocabulary every backend maps its native
+    facts onto, and the only thing the restart policy (``attempts.decide``) looks at."""
+
+    SUCCEEDED = "succeeded"
+    FAILURE = "failure"                    # a role exited non-zero (or could not start)
+    STALL = "stall"                        # a role stopped, or a worker silent and idle
+    EXIT_HANG = "exit_hang"                # ended by force after its code had finished
+    STARTUP_DEADLINE = "startup_deadline"  # tasks had not started by the deadline
+    PREEMPTED = "preempted"                # the cluster took the resources back
+    WALLTIME = "walltime"                  # the time limit (less the checkpoint lead)
+    NODE_FAILURE = "node_failure"          # a task was lost with its host
+    CANCELLED = "cancelled"                # a user asked for it
+
+    @property
+    def checkpoints(self) -> bool:
+        """Workers get the checkpoint signal before the attempt is torn down."""
+        return self in (EndReason.PREEMPTED, EndReason.WALLTIME)
+
+    @classmethod
+    def parse(cls, value: Optional[str]) -> Optional["EndReason"]:
+        """The reason named ``value``; None for None or a name of a newer version."""
+        try:
+            return cls(value) if value else None
+        except ValueError:
+            return None
+
+
 @dataclass(frozen=True)
 class SchedulerRecord:
     """Where the scheduler of ``job_id`` listens. Published as soon as its role starts
-    (``listening`` false), again once the port accepts connections (true); a new
-    ``attempt`` means it moved to another port."""
+    (``listening`` false), again once the listening socket on the port is the role's
+    own (true: only then do members start); a new ``attempt`` means it moved to another
+    port before it listened; ``ended``: its role exited with 0 without ever listening
+    (a command that is no ps-lite scheduler), so members start without one."""
 
     job_id: str
     ip: str
@@ -72,6 +103,13 @@ class SchedulerRecord:
     pid: Optional[int] = None
     attempt: int = 1
     listening: bool = False
+    ended: bool = False
+
+    @property
+    def joinable(self) -> bool:
+        """Members may start their roles: the scheduler's own socket listens (or it
+        ended without one, and there is nothing to join)."""
+        return self.listening or self.ended
 
     @property
     def address(self) -> str:
@@ -113,6 +151,16 @@ class TaskRecord:
     # stopped (SIGSTOP, a frozen cgroup), as its supervisor last measured
     idle_s: float = 0.0
     stopped_s: float = 0.0
+    # when the role was first seen connected to the ps-lite scheduler (the scheduler:
+    # listening); None while it has not reached it (a failure then is a start-up one)
+    reached_at: Optional[float] = None
+    # the latest metrics the role printed (``metrics``: samples_per_sec from MXNet's
+    # Speedometer, or MXBATCH_METRIC lines) and when they last changed
+    metrics: Dict[str, float] = field(default_factory=dict)
+    metrics_at: Optional[float] = None
+    # where a server or worker listens (``ip:port``), when its supervisor chose the port:
+    # ps-lite's rank order follows it (``backends.psrank``)
+    address: str = ""
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
@@ -150,7 +198,10 @@ def collect_task_records(items: Iterable[Any]) -> Dict[Tuple[Role, int], "TaskRe
 
 @dataclass
 class AbortRecord:
-    """Why the job is ending early. The first writer wins; later ones are ignored."""
+    """Why the job (one attempt of it) is ending early. The first writer wins; later
+    ones are ignored. ``end``: the ``EndReason`` (None in records of older versions:
+    ``end_reason`` derives one); ``hosts``: the hosts a node failure blames;
+    ``startup``: the blamed task never reached the scheduler (a start-up failure)."""
 
     kind: AbortKind
     reason: str
@@ -162,11 +213,22 @@ class AbortRecord:
     at: float = 0.0
     by: str = ""
     extra: Dict[str, Any] = field(default_factory=dict)
+    end: Optional[EndReason] = None
+    hosts: List[str] = field(default_factory=list)
+    startup: bool = False
+
+    @property
+    def end_reason(self) -> EndReason:
+        """``end``, or for a record without one what its kind says."""
+        if self.end is not None:
+            return self.end
+        return EndReason.CANCELLED if self.kind is AbortKind.CANCELLED else EndReason.FAILURE
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
         data["kind"] = self.kind.value
         data["role"] = self.role.value if self.role is not None else None
+        data["end"] = self.end.value if self.end is not None else None
         return data
 
     @classmethod
@@ -175,6 +237,8 @@ class AbortRecord:
         data["kind"] = AbortKind(data["kind"])
         if data.get("role") is not None:
             data["role"] = Role(data["role"])
+        data["end"] = EndReason.parse(data.get("end"))
+        data["hosts"] = [str(h) for h in data.get("hosts") or []]
         return cls(**data)
 
     @classmethod
@@ -199,6 +263,9 @@ class DigestRecord:
     states: Dict[str, int] = field(default_factory=dict)
     # the watcher has ended (its own tasks are done): stop expecting new digests
     final: bool = False
+    # when every worker had ended, whatever its state (after a checkpoint abort the
+    # other roles wait for it before they stop)
+    workers_ended_at: Optional[float] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)

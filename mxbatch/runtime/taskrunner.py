@@ -2,8 +2,11 @@
 
 ``Phase``: QUEUED (waiting for a slot) -> WAITING (a server or worker waiting for the
 scheduler's address) -> RUNNING -> STOPPING (SIGTERM sent, SIGKILL at the grace
-deadline) -> DONE. ``step`` never blocks for long: the agent calls it for every task
-every few tens of milliseconds.
+deadline) -> DONE. When an attempt ends on preemption or walltime, teardown has one
+more, earlier step: a worker gets the checkpoint signal and may end by itself until
+the checkpoint deadline (CHECKPOINTING), while the other roles keep running for it
+(HOLDING); then STOPPING as always. ``step`` never blocks for long: the agent calls
+it for every task every few tens of milliseconds.
 
 Contract of a role process:
 - it runs in its own process group (new session), dies with its agent
@@ -12,13 +15,23 @@ Contract of a role process:
   ``logs/<role>-<rank>.log`` (with the supervisor's notes), so the agent sees output
   without touching the file system;
 - the scheduler's runner picks a free port, starts the role and publishes its
-  ``SchedulerRecord`` at once (every role imports MXNet in parallel; zmq retries until
-  the scheduler binds), again with ``listening`` once the port accepts connections;
-  if the role exits with an error before that (port taken), it retries another port
-  with ``attempt + 1``, and members that started with the old address restart their
-  role (a role killed by a signal is a failure, never retried);
+  ``SchedulerRecord`` (``listening`` false), then again with ``listening`` once the
+  listening socket on that port is the role's own (``listeners``: the kernel's word,
+  not a connect, which another program on the port would accept too); members start
+  their roles only then, so they never join whatever else holds the address (or once
+  the scheduler's role exited with 0 without listening: ``ended``, no ps-lite). A port
+  taken between the free-port probe and the role's bind (the role exits with an error
+  before listening, or another process listens there) is retried on another port with
+  ``attempt + 1``, at most ``SCHEDULER_ATTEMPTS`` times (a role killed by a signal is a
+  failure, never retried);
 - an exit other than 0, a passed walltime, or a failed start is the task's failure:
-  ``TaskFailed`` carries the abort record for the agent to publish;
+  ``TaskFailed`` carries the abort record for the agent to publish (``startup``: the
+  role never reached the scheduler, as ``listeners.connected_to`` saw: its ps-lite
+  connection); with
+  restarts on, a task that reaches its walltime less ``restarts.checkpoint_lead`` ends
+  the attempt (``AttemptEnds``, reason walltime) so that every worker checkpoints;
+- the role's environment carries the job's attempt (``MXBATCH_ATTEMPT``,
+  ``MXBATCH_RESTART_REASON``);
 - to stop, the group gets SIGTERM (and SIGCONT, which a stopped process needs to see
   it), then SIGKILL after the grace period.
 
@@ -37,24 +50,33 @@ import signal
 import socket
 import subprocess
 import time
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
-from . import net, pyhook, wire
+from . import listeners, net, notes, osbytes, procstat, pyhook, wire
 from .container import Moment, RoleContainer
 from .environ import role_environment
+from .layout import RunLayout
+from .logfile import TaskLog
+from .metrics import MetricReader
 from .planfile import RunPlan, TaskInfo
 from .procstat import GroupStat
 from .rendezvous import Backoff, Rendezvous
 from .roles import Role
-from .states import AbortKind, AbortRecord, SchedulerRecord, TaskRecord, TaskState
+from .states import (
+    AbortKind,
+    AbortRecord,
+    EndReason,
+    SchedulerRecord,
+    TaskRecord,
+    TaskState,
+)
 
 SCHEDULER_ATTEMPTS = 3
-#: how often a waiting member looks for the scheduler's record at most, and how
-#: often a started one checks whether the scheduler moved (until it listens)
+#: how often a waiting member looks for the scheduler's record at most
 MEMBER_POLL_CAP_S = 0.5
-FOLLOW_SCHEDULER_S = 0.5
+#: how often the scheduler's runner asks who listens on its port, until its role does
 LISTEN_CHECK_S = 0.1
-#: how long a restarting member waits for its SIGKILLed old role at most
+#: how long the scheduler's runner waits for a SIGKILLed attempt's role at most
 RESTART_WAIT_S = 5.0
 
 
@@ -62,12 +84,23 @@ class Phase(enum.Enum):
     QUEUED = "queued"
     WAITING = "waiting"
     RUNNING = "running"
+    CHECKPOINTING = "checkpointing"  # a worker sent the checkpoint signal, ending itself
+    HOLDING = "holding"              # another role, kept up while the workers checkpoint
     STOPPING = "stopping"
     DONE = "done"
 
 
 class TaskFailed(Exception):
     """The task failed; ``abort`` is the record the job's abort should be."""
+
+    def __init__(self, abort: AbortRecord) -> None:
+        super().__init__(abort.reason)
+        self.abort = abort
+
+
+class AttemptEnds(Exception):
+    """The task has not failed, but the attempt must end (``abort``): its walltime less
+    the checkpoint lead has come."""
 
     def __init__(self, abort: AbortRecord) -> None:
         super().__init__(abort.reason)
@@ -117,13 +150,19 @@ class TaskRunner:
     deadlines), ``mono`` a monotonic clock (grace periods, backoff)."""
 
     def __init__(self, plan: RunPlan, task: TaskInfo, rdv: Rendezvous,
-                 environ: Dict[str, str], agent_pid: int, queued: bool = False) -> None:
-        """``queued``: it will wait for a slot (its record says so until it starts)."""
+                 environ: Dict[str, str], agent_pid: int, queued: bool = False,
+                 layout: Optional[RunLayout] = None,
+                 attempt_env: Optional[Dict[str, str]] = None) -> None:
+        """``queued``: it will wait for a slot (its record says so until it starts);
+        ``layout``: the attempt's (default: attempt 0's); ``attempt_env``: the attempt's
+        variables for the role (``MXBATCH_ATTEMPT``...)."""
         self.plan = plan
         self.task = task
         self.rdv = rdv
         self.environ = environ
-        self.log_path = plan.layout.task_log(task.role.value, task.rank)
+        self.layout = layout if layout is not None else plan.layout
+        self.task_env = dict(task.env, **(attempt_env or {}))
+        self.log_path = self.layout.task_log(task.role.value, task.rank)
         self.record = TaskRecord(role=task.role, rank=task.rank,
                                  state=TaskState.PENDING if queued else TaskState.STARTING,
                                  host=socket.gethostname(), supervisor_pid=agent_pid,
@@ -133,11 +172,14 @@ class TaskRunner:
         self.dirty = True
         self.proc: Optional[subprocess.Popen] = None
         self.output_fd: Optional[int] = None
-        self._log: Optional[int] = None
+        self._log = TaskLog(self.log_path,
+                            self.layout.task_log_times(task.role.value, task.rank))
         # scheduler
         self._ports: Optional[Iterator[int]] = None
         self._published: Optional[SchedulerRecord] = None
         self._next_listen_check = 0.0
+        #: why earlier attempts' ports were lost (for the error when none is left)
+        self._lost_ports: List[str] = []
         # members
         self._scheduler: Optional[SchedulerRecord] = None
         self._backoff = Backoff(cap=MEMBER_POLL_CAP_S)
@@ -145,6 +187,7 @@ class TaskRunner:
         # stopping
         self._final: Optional[TaskState] = None
         self._kill_at: Optional[float] = None
+        self._hold_until: Optional[float] = None  # checkpointing, holding
         # progress, for stall detection
         self._cpu_ticks: Optional[int] = None
         self._progress_at: Optional[float] = None
@@ -154,6 +197,8 @@ class TaskRunner:
                                         task.role.value, task.rank)
                           if plan.container is not None else None)
         self._escalated = False  # SIGKILL after the grace period was sent
+        self._walltime_said = False
+        self._metrics = MetricReader()
 
     @property
     def label(self) -> str:
@@ -166,28 +211,41 @@ class TaskRunner:
     # ------------------------------------------------------------------ notes and records
     def say(self, message: str) -> None:
         """A supervisor note, in the task's log."""
-        self.write_log(("mxbatch supervisor %s: %s\n" % (self.label, message)).encode())
+        self.write_log(osbytes.encode(notes.note(self.label, message)))
 
     def write_log(self, data: bytes) -> None:
         if self.rdv.append_log(self.task.role, self.task.rank, data):
             return  # the rendezvous keeps the log (an ssh host's agent: the submit host)
-        if self._log is None:
-            os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
-            self._log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.write(self._log, data)
+        self._log.write(data)
 
     def on_output(self, data: bytes, mono: float) -> None:
-        """The role wrote ``data`` (the agent read it from the pipe)."""
+        """The role wrote ``data`` (the agent read it from the pipe). Metrics it printed
+        go into the record, which the next heartbeat writes (no extra file operations)."""
         self.write_log(data)
         self._progress_at = mono
+        if self._metrics.feed(data, time.time()):
+            self.record.metrics = dict(self._metrics.latest)
+            self.record.metrics_at = self._metrics.changed_at
+
+    def drain_output(self, mono: float) -> None:
+        """Copy what the role has written and the agent has not read yet into the log,
+        so that its last words come before any note written after them (its exit, the
+        job's teardown). Never blocks; the pipe stays open for the agent to close."""
+        fd = self.output_fd
+        while fd is not None:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:  # BlockingIOError: nothing more for now
+                return
+            if not data:
+                return
+            self.on_output(data, mono)
 
     def close(self) -> None:
         """Release the log; wait (bounded) for the container's removal, if under way."""
         if self.container is not None:
             self.container.wait_removed()
-        if self._log is not None:
-            os.close(self._log)
-            self._log = None
+        self._log.close()
 
     def _set(self, state: TaskState, note: Optional[str] = None) -> None:
         self.record.state = state
@@ -200,11 +258,13 @@ class TaskRunner:
         """Record this task's failure, stop its role, and return what to raise."""
         if exit_code is not None:
             self.record.exit_code, self.record.signal = exit_code, signal_
+        startup = self.record.reached_at is None
         self.stop(TaskState.FAILED, reason, wall, mono)
         return TaskFailed(AbortRecord(kind=AbortKind.FAILED, reason=reason,
                                       role=self.task.role, rank=self.task.rank,
                                       log=self.log_path, by=self.label, exit_code=exit_code,
-                                      signal=signal_))
+                                      signal=signal_, end=EndReason.FAILURE,
+                                      startup=startup))
 
     # ------------------------------------------------------------------ starting
     def start(self, wall: float, mono: float) -> None:
@@ -221,24 +281,30 @@ class TaskRunner:
         hook_dir = pyhook.install(self.plan.layout.pyhook_dir)
         argv, deathsig = list(self.task.argv), signal.SIGKILL
         if self.container is None:
-            env = role_environment(self.environ, self.plan.inherit_env, self.task.env,
+            env = role_environment(self.environ, self.plan.inherit_env, self.task_env,
                                    rendezvous_env, hook_dir, self.plan.submit_path)
         else:
             if self.proc is not None and self._remove_container(Moment.RESTART):
                 self.container.wait_removed()
+            self._escalated = False
             try:
-                argv, env, skipped = self.container.prepare(
+                started = self.container.prepare(
                     self.environ, functools.partial(
                         role_environment, inherit=self.plan.inherit_env,
-                        task_env=self.task.env, rendezvous_env={}, hook_dir=hook_dir),
+                        task_env=self.task_env, rendezvous_env={}, hook_dir=hook_dir),
                     rendezvous_env, self.task.argv, self.task.gpus, self.plan.core_dumps, mono)
             except OSError as exc:
                 raise self.fail("%s: cannot run its %s container: %s"
                                 % (self.label, self.container.plan.runtime.value,
                                    exc.strerror or exc), wall, mono) from None
-            if skipped:
+            argv, env = started.argv, started.env
+            if started.skipped:
                 self.say("left out of the container's environment (a value with a newline, "
-                         "or a name that is no identifier): %s" % ", ".join(skipped))
+                         "or a name that is no identifier): %s" % ", ".join(started.skipped))
+            if started.not_utf8:
+                self.say("not UTF-8, so given to the container with U+FFFD for each byte "
+                         "that is not (%s takes UTF-8 only): %s"
+                         % (self.container.plan.runtime.value, ", ".join(started.not_utf8)))
             # docker and podman pass SIGTERM on to the container; SIGKILL would orphan it
             if self.container.daemon:
                 deathsig = signal.SIGTERM
@@ -275,8 +341,9 @@ class TaskRunner:
         attempt = self._published.attempt + 1 if self._published else 1
         port = next(self._ports, None)
         if port is None:
-            raise self.fail("scheduler[0]: no free port in %d-%d"
-                            % (self.plan.port_low, self.plan.port_high), wall, mono)
+            raise self.fail("scheduler[0]: no free port in %d-%d%s"
+                            % (self.plan.port_low, self.plan.port_high,
+                               "".join("; " + lost for lost in self._lost_ports)), wall, mono)
         self._popen(wire.rendezvous_environment(ip, port, ip), wall, mono)
         assert self.proc is not None
         self._published = SchedulerRecord(job_id=self.plan.job_id, ip=ip, port=port,
@@ -290,7 +357,15 @@ class TaskRunner:
         except (net.NetworkError, OSError) as exc:
             raise self.fail("%s: %s" % (self.label, exc), wall, mono) from None
         self._scheduler = info
-        self._popen(wire.rendezvous_environment(info.ip, info.port, my_ip), wall, mono)
+        env = wire.rendezvous_environment(info.ip, info.port, my_ip)
+        port = None
+        if self.container is None:  # (a container gets the rendezvous variables only)
+            port = net.member_port(self.plan.port_low, self.plan.port_high, self.task.index,
+                                   len(self.plan.tasks), my_ip, avoid=info.port)
+        if port is not None:
+            env[wire.PS_NODE_PORT] = str(port)
+        self.record.address = "%s:%d" % (my_ip, port) if port is not None else ""
+        self._popen(env, wall, mono)
 
     # ------------------------------------------------------------------ stepping
     def step(self, wall: float, mono: float, workers_done_seen: Optional[float]) -> None:
@@ -300,19 +375,23 @@ class TaskRunner:
             self._wait_for_scheduler(wall, mono)
         elif self.phase is Phase.RUNNING:
             self._run(wall, mono, workers_done_seen)
+        elif self.phase in (Phase.CHECKPOINTING, Phase.HOLDING):
+            self._held(wall, mono)
         elif self.phase is Phase.STOPPING:
             self._stopping(mono)
 
     def _wait_for_scheduler(self, wall: float, mono: float) -> None:
+        """Start the role once this job's scheduler listens (its own socket, see
+        ``_check_listening``): never on an address something else may hold."""
         if mono < self._next_poll:
             return
         info = self.rdv.read_scheduler()
-        if info is not None and info.job_id == self.plan.job_id:
+        if info is not None and info.job_id == self.plan.job_id and info.joinable:
             self._start_member(info, wall, mono)
             return
         if wall > self.plan.startup_deadline:
-            raise self.fail("%s: the scheduler did not publish its address before the "
-                            "startup deadline (%gs)" % (self.label, self.plan.startup_timeout_s),
+            raise self.fail("%s: the scheduler was not listening before the startup "
+                            "deadline (%gs)" % (self.label, self.plan.startup_timeout_s),
                             wall, mono)
         self._next_poll = mono + self._backoff.next()
 
@@ -326,23 +405,50 @@ class TaskRunner:
             self.container.poll(mono)
         if self.task.role is Role.SCHEDULER:
             self._check_listening(wall, mono)
-        else:
-            self._follow_scheduler(wall, mono)
-        walltime = self.task.walltime_s
-        if walltime and wall - (self.record.started_at or wall) > walltime:
-            raise self.fail("%s exceeded its walltime of %gs" % (self.label, walltime),
-                            wall, mono)
+        self._check_walltime(wall, mono)
         if (self.task.role is not Role.WORKER and workers_done_seen is not None
                 and mono - workers_done_seen > self.plan.grace_s):
             self.say("still running %gs after every worker succeeded: stopping it"
                      % self.plan.grace_s)
             self.stop(TaskState.SUCCEEDED, "stopped after every worker succeeded", wall, mono)
 
+    def _check_walltime(self, wall: float, mono: float) -> None:
+        """The task's walltime: with restarts on, the attempt ends ``checkpoint_lead``
+        before it (every worker checkpoints, the job relaunches); else the task fails
+        when it passed."""
+        walltime = self.task.walltime_s
+        if not walltime:
+            return
+        ran = wall - (self.record.started_at or wall)
+        restarts = self.plan.restarts
+        if restarts.restarts_on(EndReason.WALLTIME):
+            lead = min(restarts.checkpoint_lead_s, walltime / 2)
+            if ran > walltime - lead and not self._walltime_said:
+                self._walltime_said = True
+                raise AttemptEnds(AbortRecord(
+                    kind=AbortKind.FAILED, by=self.label, role=self.task.role,
+                    rank=self.task.rank, end=EndReason.WALLTIME,
+                    reason="%s reached its walltime of %gs less the checkpoint lead of %gs"
+                           % (self.label, walltime, lead)))
+        if ran > walltime:
+            failed = self.fail("%s exceeded its walltime of %gs" % (self.label, walltime),
+                               wall, mono)
+            failed.abort.end = EndReason.WALLTIME
+            raise failed
+
     def _exited(self, code: int, wall: float, mono: float) -> None:
+        self.drain_output(mono)  # the role's last words before the supervisor's
         if (self.task.role is Role.SCHEDULER and code > 0 and self._published is not None
                 and not self._published.listening):  # exited (port taken?), not killed
-            self.say("scheduler exited with %s before listening on port %d"
-                     % (code, self._published.port))
+            port = self._published.port
+            state = listeners.port_state(self._published.ip, port, tuple, os.getpid())
+            taken = (" (%s holds it)" % (listeners.describe_holders(state.sockets)
+                                         or "another process")
+                     if state.holder is listeners.Holder.OTHER else "")
+            self.say("scheduler exited with %s before listening on port %d%s"
+                     % (code, port, taken))
+            self._lost_ports.append("the scheduler exited with %s before listening on port "
+                                    "%d%s" % (code, port, taken))
             if self._published.attempt < SCHEDULER_ATTEMPTS:
                 self._start_scheduler(wall, mono)
                 return
@@ -350,53 +456,132 @@ class TaskRunner:
                             % (code, self._published.attempt), wall, mono, code,
                             signal_name(code))
         self.record.exit_code, self.record.signal = code, signal_name(code)
+        if (code == 0 and self.task.role is Role.SCHEDULER and self._published is not None
+                and not self._published.listening):
+            # no ps-lite scheduler (launch -- hostname): the members run without one
+            self._published = SchedulerRecord(**dict(self._published.to_dict(), ended=True))
+            self.rdv.publish_scheduler(self._published)
         if code == 0:
             self.say("exited with code 0")
             self._finish(TaskState.SUCCEEDED, wall)
             return
-        how = ("was killed by %s" % self.record.signal if code < 0
-               else "exited with code %d" % code)
-        if self.container is not None and code in _RUNTIME_EXIT_CODES:
-            how += " (%s)" % _RUNTIME_EXIT_CODES[code]
+        how = self._how(code)
         self.say(how)
         raise self.fail("%s %s" % (self.label, how), wall, mono, code, self.record.signal)
 
+    def _how(self, code: int) -> str:
+        """How the role ended: ``exited with code 2``, ``was killed by SIGKILL``."""
+        how = ("was killed by %s" % signal_name(code) if code < 0
+               else "exited with code %d" % code)
+        if self.container is not None and code in _RUNTIME_EXIT_CODES:
+            how += " (%s)" % _RUNTIME_EXIT_CODES[code]
+        return how
+
     def _check_listening(self, wall: float, mono: float) -> None:
+        """Publish ``listening`` once the role's own socket listens on its port; a port
+        another process holds is lost: this attempt stops and the next takes another."""
         published = self._published
         if published is None or published.listening or mono < self._next_listen_check:
             return
         self._next_listen_check = mono + LISTEN_CHECK_S
-        if net.accepts_connections(published.ip, published.port, timeout=0.2):
+        state = self._port_state(published)
+        if state is not None and state.holder is listeners.Holder.ROLE:
             self._published = SchedulerRecord(**dict(published.to_dict(), listening=True))
             self.rdv.publish_scheduler(self._published)
+            if self.record.reached_at is None:
+                self.record.reached_at = wall
+                self.dirty = True
             self.say("listening on %s (attempt %d)" % (published.address, published.attempt))
-        elif wall > self.plan.startup_deadline:
+            return
+        if state is not None and state.holder is listeners.Holder.OTHER:
+            self._port_taken(published, state, wall, mono)
+            return
+        if wall > self.plan.startup_deadline:
             raise self.fail("scheduler[0] did not listen on %s before the startup deadline "
                             "(%gs)" % (published.address, self.plan.startup_timeout_s),
                             wall, mono)
 
-    def _follow_scheduler(self, wall: float, mono: float) -> None:
-        """Until the scheduler listens, restart this role if it moved to another port."""
-        info = self._scheduler
-        if info is None or info.listening or mono < self._next_poll:
+    def _port_state(self, published: SchedulerRecord) -> Optional[listeners.PortState]:
+        """Who listens on the published port, in the role's network namespace; None
+        while that cannot be known (a container whose main process is not known yet)."""
+        assert self.proc is not None
+        leader = netns = self.proc.pid
+        roots: Tuple[int, ...] = ()
+        if self.container is not None and self.container.daemon:
+            if self.container.pid is None:
+                return None
+            netns, roots = self.container.pid, (self.container.pid,)
+        return listeners.port_state(published.ip, published.port,
+                                    lambda: procstat.members(leader, roots), netns)
+
+    def _port_taken(self, published: SchedulerRecord, state: listeners.PortState,
+                    wall: float, mono: float) -> None:
+        """Another process listens where this attempt's role was to: stop the role (it
+        could never bind there) and try another port, or fail naming the port."""
+        lost = ("port %d was taken by %s after mxbatch chose it"
+                % (published.port, listeners.describe_holders(state.sockets)
+                   or "another process"))
+        self.say("%s: stopping attempt %d" % (lost, published.attempt))
+        self._lost_ports.append(lost)
+        assert self.proc is not None
+        _killpg(self.proc.pid, signal.SIGKILL)
+        try:  # bounded: the agent loop (signals, other tasks) must go on
+            self.proc.wait(timeout=RESTART_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.say("the role (pid %d) outlived SIGKILL for %gs: going on anyway"
+                     % (self.proc.pid, RESTART_WAIT_S))
+        self._escalated = True  # its container, if any, is removed before the next start
+        if published.attempt >= SCHEDULER_ATTEMPTS:
+            raise self.fail("scheduler[0]: %s (%d attempts)" % (lost, published.attempt),
+                            wall, mono)
+        self._start_scheduler(wall, mono)
+
+    # ------------------------------------------------------------------ checkpointing
+    def checkpoint(self, signum: int, deadline: float, note: str) -> None:
+        """Send ``signum`` (the checkpoint signal) to the running role's group, and let
+        it end by itself until ``deadline`` (monotonic): then stop it as always."""
+        assert self.proc is not None and self.phase is Phase.RUNNING
+        self.record.note = note
+        self.say("%s: sending %s (checkpoint), then waiting up to %gs for it to exit"
+                 % (note, signal.Signals(signum).name, max(0.0, deadline - time.monotonic())))
+        _killpg(self.proc.pid, signum)
+        _killpg(self.proc.pid, signal.SIGCONT)
+        self._hold_until = deadline
+        self.phase = Phase.CHECKPOINTING
+        self.dirty = True
+
+    def hold(self, deadline: float, note: str) -> None:
+        """Keep the running role (a server, the scheduler) up while the workers
+        checkpoint: until ``release`` or ``deadline`` (monotonic), then stop it."""
+        assert self.phase is Phase.RUNNING
+        self.record.note = note
+        self._hold_until = deadline
+        self.phase = Phase.HOLDING
+        self.dirty = True
+
+    def release(self, why: str, wall: float, mono: float) -> None:
+        """Stop a held role now (the workers have ended)."""
+        if self.phase is Phase.HOLDING:
+            self.phase = Phase.RUNNING
+            self.stop(TaskState.CANCELLED, "stopped: " + why, wall, mono)
+
+    def _held(self, wall: float, mono: float) -> None:
+        assert self.proc is not None
+        code = self.proc.poll()
+        if code is not None:
+            self.record.exit_code, self.record.signal = code, signal_name(code)
+            if self.phase is Phase.CHECKPOINTING:
+                self.say("exited with %s after the checkpoint signal"
+                         % (self.record.signal or "code %d" % code))
+            self._finish(TaskState.CANCELLED, wall)
             return
-        self._next_poll = mono + FOLLOW_SCHEDULER_S
-        latest = self.rdv.read_scheduler()
-        if latest is None or latest.job_id != self.plan.job_id:
-            return
-        if latest.attempt != info.attempt:
-            self.say("the scheduler moved to %s (attempt %d): restarting the role"
-                     % (latest.address, latest.attempt))
-            assert self.proc is not None
-            _killpg(self.proc.pid, signal.SIGKILL)
-            try:  # bounded: the agent loop (signals, other tasks) must go on
-                self.proc.wait(timeout=RESTART_WAIT_S)
-            except subprocess.TimeoutExpired:
-                self.say("the old role (pid %d) outlived SIGKILL for %gs: starting anyway"
-                         % (self.proc.pid, RESTART_WAIT_S))
-            self._start_member(latest, wall, mono)
-        else:
-            self._scheduler = latest
+        if self._hold_until is not None and mono >= self._hold_until:
+            if self.phase is Phase.CHECKPOINTING:
+                self.say("did not exit within the checkpoint grace (%gs): stopping it"
+                         % self.plan.restarts.checkpoint_grace_s)
+            note = self.record.note
+            self.phase = Phase.RUNNING
+            self.stop(TaskState.CANCELLED, note, wall, mono)
 
     # ------------------------------------------------------------------ stopping
     def stop(self, final: TaskState, note: str, wall: float, mono: float) -> None:
@@ -413,6 +598,36 @@ class TaskRunner:
         _killpg(self.proc.pid, signal.SIGTERM)
         _killpg(self.proc.pid, signal.SIGCONT)  # a stopped process sees SIGTERM only now
         self.phase = Phase.STOPPING
+
+    def stop_for_job(self, reason: str, wall: float, mono: float) -> None:
+        """Stop because the job is ending for ``reason`` (another task failed, a cancel):
+        CANCELLED, with a teardown note; but a role that has already ended by itself
+        keeps its own outcome."""
+        if self.phase in (Phase.STOPPING, Phase.DONE):
+            return
+        if self.phase is Phase.RUNNING and self.proc is not None \
+                and self.proc.poll() is not None:
+            self._ended_by_itself(self.proc.returncode, wall, mono)
+            return
+        self.drain_output(mono)
+        self.say(notes.STOPPING + reason)
+        self.stop(TaskState.CANCELLED, "stopped: " + reason, wall, mono)
+
+    def _ended_by_itself(self, code: int, wall: float, mono: float) -> None:
+        """The role ended on its own before this supervisor saw it (another task's failure
+        is stopping the job meanwhile): it keeps its own outcome, FAILED with its own exit
+        code (not CANCELLED by the teardown), or SUCCEEDED."""
+        self.drain_output(mono)
+        self.record.exit_code, self.record.signal = code, signal_name(code)
+        if code == 0:
+            self.say("exited with code 0")
+            self.record.note = ""
+            self._finish(TaskState.SUCCEEDED, wall)
+            return
+        how = self._how(code)
+        self.say(how)
+        self.record.note = how
+        self._finish(TaskState.FAILED, wall)
 
     def _stopping(self, mono: float) -> None:
         assert self.proc is not None and self._final is not None
@@ -443,7 +658,9 @@ class TaskRunner:
             return False
         code = self.proc.poll() if client_code == -1 else client_code
         reason = self.container.removal_reason(moment, code, self._escalated,
-                                               self.phase is Phase.STOPPING)
+                                               self.phase in (Phase.STOPPING,
+                                                              Phase.CHECKPOINTING,
+                                                              Phase.HOLDING))
         if reason is None:
             return False
         if reason:
@@ -488,6 +705,18 @@ class TaskRunner:
             self._stopped_since = self._stopped_since or mono
         else:
             self._stopped_since = None
+        self._look_for_scheduler(stat)
         self.record.idle_s = round(mono - (self._progress_at or mono), 1)
         self.record.stopped_s = round(mono - self._stopped_since, 1) \
             if self._stopped_since is not None else 0.0
+
+    def _look_for_scheduler(self, stat: Optional[GroupStat]) -> None:
+        """Whether the role (a server, a worker) has reached the scheduler: its first
+        established connection to the scheduler's address."""
+        info = self._scheduler
+        if (self.record.reached_at is not None or info is None or stat is None
+                or self.task.role is Role.SCHEDULER):
+            return
+        if listeners.connected_to(stat.pids, info.ip, info.port):
+            self.record.reached_at = time.time()
+            self.dirty = True

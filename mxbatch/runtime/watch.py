@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .planfile import RunPlan
 from .rendezvous import TaskKey
 from .roles import Role
-from .states import AbortKind, AbortRecord, DigestRecord, TaskRecord, TaskState
+from .states import AbortKind, AbortRecord, DigestRecord, EndReason, TaskRecord, TaskState
 
 #: how many tasks a stall reason lists, the most idle first
 STALL_REASON_TASKS = 8
@@ -52,7 +52,7 @@ def startup_abort(plan: RunPlan, missing: List[str], by: str,
                                                                                    - 20)]
     waiting = list(queued) if len(queued) <= 5 else list(queued[:5]) + ["..."]
     return AbortRecord(
-        kind=AbortKind.FAILED, by=by,
+        kind=AbortKind.FAILED, by=by, end=EndReason.STARTUP_DEADLINE,
         reason="startup deadline (%gs) passed and %s never started: %s%s"
                % (plan.startup_timeout_s, "this task" if len(missing) == 1 else "these tasks",
                   ", ".join(shown),
@@ -64,6 +64,12 @@ def workers_succeeded(plan: RunPlan, records: Dict[TaskKey, TaskRecord]) -> bool
     workers = plan.tasks_of(Role.WORKER)
     return bool(workers) and all(
         (records.get((w.role, w.rank)) or _NONE).state is TaskState.SUCCEEDED for w in workers)
+
+
+def workers_ended(plan: RunPlan, records: Dict[TaskKey, TaskRecord]) -> bool:
+    """Every worker has ended, whatever its state."""
+    return all((records.get((w.role, w.rank)) or _NONE).state.final
+               for w in plan.tasks_of(Role.WORKER))
 
 
 _NONE = TaskRecord(role=Role.WORKER, rank=-1, state=TaskState.UNKNOWN)
@@ -97,8 +103,10 @@ class HeartbeatWatch:
 
 
 def lost_abort(record: TaskRecord, timeout_s: float, by: str) -> AbortRecord:
+    """A task whose heartbeat stopped is lost with its host: a node failure."""
     return AbortRecord(
         kind=AbortKind.FAILED, by=by, role=record.role, rank=record.rank, log=record.log,
+        end=EndReason.NODE_FAILURE, hosts=[record.host] if record.host else [],
         reason="%s lost: no heartbeat for %gs (host %s, supervisor pid %s)"
                % (_label(record), timeout_s, record.host, record.supervisor_pid))
 
@@ -138,6 +146,7 @@ def stall_abort(plan: RunPlan, records: Dict[TaskKey, TaskRecord], by: str
     more = len(active) - STALL_REASON_TASKS
     return AbortRecord(
         kind=AbortKind.FAILED, by=by, role=first.role, rank=first.rank, log=first.log,
+        end=EndReason.STALL,
         reason="%s stalled: %s (stall timeout %gs); idle time of each task: %s%s"
                % (_label(first), how, timeout, idle, " and %d more" % more if more > 0 else ""),
         extra={"stalled": [_label(r) for r, _ in stalls]})
@@ -152,6 +161,7 @@ class JobWatch:
         self.heartbeats = HeartbeatWatch(plan.heartbeat_timeout_s)
         self.seq = 0
         self.workers_done_at: Optional[float] = None
+        self.workers_ended_at: Optional[float] = None
 
     def check(self, records: Dict[TaskKey, TaskRecord], wall: float, mono: float
               ) -> Optional[AbortRecord]:
@@ -176,8 +186,11 @@ class JobWatch:
         states: Dict[str, int] = {}
         for record in records.values():
             states[record.state.value] = states.get(record.state.value, 0) + 1
+        if self.workers_ended_at is None and workers_ended(self.plan, records):
+            self.workers_ended_at = wall
         return DigestRecord(job_id=self.plan.job_id, seq=self.seq, watcher=self.by, at=wall,
-                            workers_done_at=self.workers_done_at, states=states, final=final)
+                            workers_done_at=self.workers_done_at, states=states, final=final,
+                            workers_ended_at=self.workers_ended_at)
 
 
 class DigestFollower:
@@ -190,6 +203,8 @@ class DigestFollower:
         self.final = False
         #: when this agent first saw that every worker had succeeded
         self.workers_done_seen: Optional[float] = None
+        #: when this agent first saw that every worker had ended (succeeded or not)
+        self.workers_ended_seen: Optional[float] = None
 
     def observe(self, digest: Optional[DigestRecord], mono: float) -> None:
         if digest is None or digest.job_id != self.plan.job_id:
@@ -199,6 +214,8 @@ class DigestFollower:
         self.final = self.final or digest.final
         if digest.workers_done_at is not None and self.workers_done_seen is None:
             self.workers_done_seen = mono
+        if digest.workers_ended_at is not None and self.workers_ended_seen is None:
+            self.workers_ended_seen = mono
 
     def watcher_lost(self, mono: float) -> Optional[str]:
         """Why the watcher counts as gone: its digest stopped changing (after it had

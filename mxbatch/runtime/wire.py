@@ -19,6 +19,15 @@ TASK = "MXBATCH_TASK"
 ROLE = "MXBATCH_ROLE"
 #: the task's rank within its role, as the role sees it
 RANK = "MXBATCH_RANK"
+#: the job's attempt (0, 1, ...; a restart relaunches the whole job as the next one):
+#: set for every role, and for a task's supervisor by the batch system's submission
+ATTEMPT = "MXBATCH_ATTEMPT"
+#: why the job was relaunched as this attempt (an ``EndReason`` of the previous
+#: attempt: ``preempted``, ``failure``...); empty on attempt 0
+RESTART_REASON = "MXBATCH_RESTART_REASON"
+
+#: a line a role prints to report metrics: ``MXBATCH_METRIC samples_per_sec=123.4``
+METRIC_LINE = "MXBATCH_METRIC"
 
 #: the prefixes of mxbatch's and ps-lite's variables: never inherited from the submitter
 OWN_PREFIXES = ("DMLC_", "MXBATCH_")
@@ -34,6 +43,10 @@ DMLC_NODE_HOST = "DMLC_NODE_HOST"
 DMLC_INTERFACE = "DMLC_INTERFACE"
 DMLC_PS_VAN_TYPE = "DMLC_PS_VAN_TYPE"
 DMLC_PS_WATER_MARK = "DMLC_PS_WATER_MARK"
+
+#: ps-lite's own generic variable: the port a server or worker binds (its supervisor
+#: sets it so that ps-lite's rank order follows mxbatch's: ``net.member_port``)
+PS_NODE_PORT = "PORT"
 
 #: known only when the role starts (the scheduler's address), so set by its supervisor
 RENDEZVOUS_VARIABLES = (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NODE_HOST)

@@ -148,6 +148,10 @@ def _convert(node: yaml.Node, key_path: KeyPath, locations: Locations, counter: 
                 raise SpecError("YAML merge keys (<<) are not supported", path=path,
                                 line=key_node.start_mark.line + 1, key=dotted(key_path) or None)
             key = _scalar(key_node, key_path, path)
+            if isinstance(key, bool) and key_node.style is None:
+                # YAML 1.1 reads a plain on/off/yes/no as a boolean, also as a key
+                # (``restarts: {on: [...]}``): a key is its text, as YAML 1.2 has it
+                key = key_node.value
             if not isinstance(key, str):
                 raise SpecError(f"keys must be strings, got {key!r}", path=path,
                                 line=key_node.start_mark.line + 1, key=dotted(key_path) or None)

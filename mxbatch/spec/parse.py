@@ -12,14 +12,19 @@ exists.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
 import shlex
+import typing
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
-from ..errors import SpecError, did_you_mean
+from ..errors import SpecError, SpecErrors, did_you_mean
+from ..runtime.attempts import ON_ALIASES, RESTARTABLE
 from ..runtime.roles import Role
+from ..runtime.states import EndReason
+from . import schema
 from .located import KeyPath, Locations, load_located
 from .schema import (
     ContainerRuntime,
@@ -29,6 +34,7 @@ from .schema import (
     NetworkSpec,
     RendezvousSpec,
     Resources,
+    RestartsSpec,
     RoleSpec,
     default_runs_dir,
 )
@@ -42,7 +48,11 @@ BACKEND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 
 #: the top-level keys of a job spec
 SPEC_KEYS = ("name", "backend", "command", "workdir", "env", "inherit_env", "resources",
-             "roles", "network", "rendezvous", "container", "backends", "core_dumps")
+             "roles", "network", "rendezvous", "container", "backends", "core_dumps",
+             "max_tasks", "restarts")
+#: signals a checkpoint signal may be (what a training script can catch)
+CHECKPOINT_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT",
+                      "SIGALRM")
 
 def load(path: Path) -> JobSpec:
     """Read and validate the spec file at ``path``."""
@@ -64,9 +74,12 @@ def parse(text: str, path: Path) -> JobSpec:
 def from_mapping(data: Any, *, base_dir: Path, default_name: str = "job",
                  locations: Optional[Locations] = None,
                  source: Optional[Path] = None) -> JobSpec:
-    """Validate plain data (as YAML would give) into a ``JobSpec``."""
+    """Validate plain data (as YAML would give) into a ``JobSpec``. Every problem found
+    is reported at once (``SpecErrors``, sorted by line), not only the first."""
     locations = locations or Locations(source)
-    root = _Section(data, (), locations, "the job spec")
+    errors = _Errors()
+    root = _Section(data, (), locations, "the job spec", errors)
+    errors.raise_any()  # not a mapping: nothing more to check
     root.expect(SPEC_KEYS)
     name = root.take("name", _name, default=_safe_name(default_name))
     backend = root.take("backend", _backend_name, default=None)
@@ -74,24 +87,47 @@ def from_mapping(data: Any, *, base_dir: Path, default_name: str = "job",
     workdir = root.take("workdir", _path_in(base_dir), default=base_dir)
     env = root.take("env", _env, default={})
     inherit_env = root.take("inherit_env", _bool, default=True)
-    resources = root.take("resources", lambda v, p: _resources(v, p, locations, Resources()),
+    resources = root.take("resources",
+                          lambda v, p: _resources(v, p, locations, Resources(), errors),
                           default=Resources())
-    roles_section = _Section(root.raw("roles", {}), ("roles",), locations, "roles")
-    roles = _roles(roles_section, command, resources)
-    network = root.take("network", lambda v, p: _network(v, p, locations), default=NetworkSpec())
-    rendezvous = root.take("rendezvous", lambda v, p: _rendezvous(v, p, locations, base_dir),
+    roles_section = _Section(root.raw("roles", {}), ("roles",), locations, "roles", errors)
+    roles = _roles(roles_section, command, resources, command_failed="command" in root.failed)
+    network = root.take("network", lambda v, p: _network(v, p, locations, errors),
+                        default=NetworkSpec())
+    rendezvous = root.take("rendezvous",
+                           lambda v, p: _rendezvous(v, p, locations, base_dir, errors),
                            default=None) or RendezvousSpec(dir=default_runs_dir())
-    container = root.take("container", lambda v, p: _container(v, p, locations), default=None)
-    backend_options = root.take("backends", lambda v, p: _backends(v, p, locations),
+    container = root.take("container", lambda v, p: _container(v, p, locations, errors),
+                          default=None)
+    backend_options = root.take("backends", lambda v, p: _backends(v, p, locations, errors),
                                 default={})
     core_dumps = root.take("core_dumps", _bool, default=False)
+    max_tasks = root.take("max_tasks", _int(1), default=None)
+    restarts = root.take("restarts", lambda v, p: _restarts(v, p, locations, errors),
+                         default=RestartsSpec())
     root.finish()
-    if not workdir.is_dir():
-        raise locations.error(("workdir",), f"no such directory: {workdir}")
+    if "workdir" not in root.failed and not workdir.is_dir():
+        errors.add(locations.error(("workdir",), f"no such directory: {workdir}"))
+    errors.raise_any()
     return JobSpec(name=name, workdir=workdir, env=env, inherit_env=inherit_env, roles=roles,
                    network=network, rendezvous=rendezvous, backend_options=backend_options,
                    source=source, container=container, core_dumps=core_dumps,
-                   locations=locations, backend=backend)
+                   max_tasks=max_tasks, locations=locations, backend=backend,
+                   restarts=restarts)
+
+
+#: the flags of ``submit``, ``render``, ``config show`` that override role counts
+WORKERS_FLAG, SERVERS_FLAG = "-n/--workers", "-s/--servers"
+
+
+def with_max_restarts(spec: JobSpec, max_restarts: Optional[int]) -> JobSpec:
+    """The spec with ``--max-restarts`` applied."""
+    if max_restarts is None:
+        return spec
+    if max_restarts < 0:
+        raise SpecError(f"must be at least 0, got {max_restarts}", key="--max-restarts")
+    return dataclasses.replace(spec, restarts=dataclasses.replace(spec.restarts,
+                                                                  max=max_restarts))
 
 
 def with_counts(spec: JobSpec, workers: Optional[int] = None,
@@ -102,27 +138,72 @@ def with_counts(spec: JobSpec, workers: Optional[int] = None,
         if count is None:
             continue
         if count < minimum:
-            flag = "-n/--workers" if role is Role.WORKER else "-s/--servers"
+            flag = WORKERS_FLAG if role is Role.WORKER else SERVERS_FLAG
             raise SpecError(f"must be at least {minimum}, got {count}", key=flag)
         roles[role] = dataclasses.replace(roles[role], count=count)
     return dataclasses.replace(spec, roles=roles)
 
 
+def with_overrides(spec: JobSpec, *, name: Optional[str] = None,
+                   env: Optional[Dict[str, str]] = None,
+                   extra_args: Sequence[str] = ()) -> JobSpec:
+    """The spec with command-line overrides: the job ``name`` (``--name``), variables
+    for every role over the spec's (``--env``), and ``extra_args`` appended to every
+    role's command (``submit SPEC -- ARGS``)."""
+    changes: Dict[str, Any] = {}
+    if name is not None:
+        try:
+            changes["name"] = _name(name, ())
+        except ValueError as exc:
+            raise SpecError(str(exc), key="--name") from None
+    if env:
+        changes["env"] = dict(spec.env, **env)
+    if extra_args:
+        changes["roles"] = {role: dataclasses.replace(role_spec, command=tuple(
+            role_spec.command) + tuple(extra_args)) for role, role_spec in spec.roles.items()}
+    return dataclasses.replace(spec, **changes) if changes else spec
+
+
 # --------------------------------------------------------------------------- sections
 
 
-class _Section:
-    """One mapping of the spec: take known keys, then reject the rest with hints."""
+class _Errors:
+    """The problems found so far in one spec; ``raise_any`` reports them together."""
 
-    def __init__(self, data: Any, key_path: KeyPath, locations: Locations, what: str) -> None:
+    def __init__(self) -> None:
+        self.found: List[SpecError] = []
+
+    def add(self, error: SpecError) -> None:
+        if isinstance(error, SpecErrors):
+            self.found.extend(error.errors)
+        else:
+            self.found.append(error)
+
+    def raise_any(self) -> None:
+        if self.found:
+            raise SpecErrors.of(self.found)
+
+
+class _Section:
+    """One mapping of the spec: take known keys, then reject the rest with hints. A bad
+    value or key is recorded in ``errors`` (the key's default stands in for it, and its
+    name joins ``failed``), so that one run reports every problem."""
+
+    def __init__(self, data: Any, key_path: KeyPath, locations: Locations, what: str,
+                 errors: _Errors) -> None:
+        self.key_path = key_path
+        self.locations = locations
+        self.errors = errors
+        self.known: List[str] = []
+        self.failed: Set[str] = set()
+        self._reported: Set[str] = set()
         if data is None:
             data = {}
         if not isinstance(data, dict):
-            raise locations.error(key_path, f"{what} must be a mapping, got {kind_of(data)}")
+            errors.add(locations.error(key_path, f"{what} must be a mapping, got "
+                                                 f"{kind_of(data)}"))
+            data = {}
         self.data = data
-        self.key_path = key_path
-        self.locations = locations
-        self.known: List[str] = []
 
     def raw(self, key: str, default: Any) -> Any:
         self.known.append(key)
@@ -136,10 +217,17 @@ class _Section:
         key_path = self.key_path + (key,)
         try:
             return parse(self.data[key], key_path)
-        except SpecError:
-            raise
+        except SpecError as exc:
+            self.errors.add(exc)
         except (ValueError, TypeError) as exc:
-            raise self.locations.error(key_path, str(exc)) from None
+            self.errors.add(self.locations.error(key_path, str(exc)))
+        self.failed.add(key)
+        return default
+
+    def error(self, key: str, problem: str) -> None:
+        """Record a problem of ``key``'s value found after taking it."""
+        self.errors.add(self.locations.error(self.key_path + (key,), problem))
+        self.failed.add(key)
 
     def expect(self, keys: Sequence[str]) -> None:
         """Reject unknown keys now, before any value is checked."""
@@ -148,9 +236,72 @@ class _Section:
 
     def finish(self) -> None:
         for key in self.data:
-            if key not in self.known:
-                hint = did_you_mean(key, self.known, "valid keys: " + ", ".join(self.known))
-                raise self.locations.error(self.key_path + (key,), "unknown key", hint)
+            if key not in self.known and key not in self._reported:
+                self._reported.add(key)  # once, though finish runs again
+                self.errors.add(self.locations.error(self.key_path + (key,), "unknown key",
+                                                     unknown_key_hint(self.key_path, key,
+                                                                      self.known)))
+
+
+#: keys people write for a spec key of another name and place
+MISPLACED_ALIASES = {"workers": "roles.worker.count", "num_workers": "roles.worker.count",
+                     "num-workers": "roles.worker.count", "servers": "roles.server.count",
+                     "num_servers": "roles.server.count", "num-servers": "roles.server.count",
+                     "hosts_file": "backends.ssh.hostfile", "launcher": "backend"}
+_ROLE = "<role>"
+
+
+def _spec_key_paths() -> List[Tuple[str, ...]]:
+    """Every spec key as a path (``("roles", "<role>", "resources", "cpus")``), from the
+    schema's ``spec_field``s (a backend's own keys are its registry's to know)."""
+    paths: List[Tuple[str, ...]] = []
+
+    def walk(cls: type, prefix: Tuple[str, ...], top_level_only: bool = False) -> None:
+        hints = typing.get_type_hints(cls)
+        for field in dataclasses.fields(cls):
+            if schema.HELP not in field.metadata:
+                continue
+            if top_level_only and not field.metadata.get(schema.TOP_LEVEL):
+                continue
+            key = prefix + (field.metadata.get(schema.KEY) or field.name,)
+            paths.append(key)
+            tp = hints[field.name]
+            nested = [a for a in (tp, *typing.get_args(tp))
+                      if isinstance(a, type) and dataclasses.is_dataclass(a)]
+            if nested and typing.get_args(tp)[:1] == (Role,):
+                walk(nested[0], key + (_ROLE,))
+            elif nested:
+                walk(nested[0], key)
+
+    walk(JobSpec, ())
+    walk(RoleSpec, (), top_level_only=True)
+    return paths
+
+
+def unknown_key_hint(key_path: KeyPath, key: str, known: Sequence[str]) -> str:
+    """What to say about unknown ``key`` at ``key_path``: the key it stands for when it
+    is a known misplaced one (``workers`` -> ``roles.worker.count``), where a key of that
+    name belongs when it belongs elsewhere, else a close key here, else the valid ones."""
+    alias = MISPLACED_ALIASES.get(str(key))
+    if alias:
+        return f"did you mean {alias!r}?"
+    role = next((str(p) for p in key_path[1:2] if key_path[:1] == ("roles",)), None)
+    here = tuple(str(p) for p in key_path)
+    elsewhere = []
+    for path in _spec_key_paths():
+        if path[-1] != key:
+            continue
+        concrete = tuple(role if p == _ROLE and role else p for p in path)
+        if concrete[:-1] != here and _ROLE not in concrete[:len(here)]:
+            elsewhere.append(".".join(concrete))
+    inside = [p for p in elsewhere if p.startswith(".".join(here) + ".")] if here else []
+    plain = [p for p in elsewhere if _ROLE not in p]
+    elsewhere = inside or plain or elsewhere
+    if elsewhere:
+        elsewhere.sort(key=lambda p: (p.count("."), p))
+        places = " or ".join(repr(p) for p in elsewhere[:3])
+        return f"it is not a key here: did you mean {places}?"
+    return did_you_mean(key, known, "valid keys: " + ", ".join(known))
 
 
 def _name(value: Any, _: KeyPath) -> str:
@@ -239,8 +390,9 @@ def _env(value: Any, key_path: KeyPath) -> Dict[str, str]:
     return env
 
 
-def _resources(value: Any, key_path: KeyPath, locations: Locations, base: Resources) -> Resources:
-    section = _Section(value, key_path, locations, "resources")
+def _resources(value: Any, key_path: KeyPath, locations: Locations, base: Resources,
+               errors: _Errors) -> Resources:
+    section = _Section(value, key_path, locations, "resources", errors)
 
     def size(v: Any, _: KeyPath) -> int:
         return parse_size_mib(v)
@@ -259,29 +411,34 @@ def _resources(value: Any, key_path: KeyPath, locations: Locations, base: Resour
 
 
 def _roles(section: _Section, command: Optional[Tuple[str, ...]],
-           resources: Resources) -> Dict[Role, RoleSpec]:
+           resources: Resources, command_failed: bool = False) -> Dict[Role, RoleSpec]:
     raw = {role: section.raw(role.value, {}) for role in Role}
     section.finish()
     roles: Dict[Role, RoleSpec] = {}
     worker_count = 1
     for role in (Role.WORKER, Role.SERVER, Role.SCHEDULER):
         sub = _Section(raw[role], section.key_path + (role.value,), section.locations,
-                       f"roles.{role.value}")
+                       f"roles.{role.value}", section.errors)
         if role is Role.SCHEDULER:
             count = sub.take("count", _int(1), 1)
             if count != 1:
-                raise section.locations.error(sub.key_path + ("count",),
-                                              "there is always exactly 1 scheduler")
+                sub.error("count", "there is always exactly 1 scheduler")
+                count = 1
         else:
             count = sub.take("count", _int(1), worker_count)
         if role is Role.WORKER:
             worker_count = count
         role_command = sub.take("command", _command, command)
         if role_command is None:
-            raise section.locations.error(
-                ("command",), "missing: set a top-level command (or one for every role)")
+            if not command_failed and "command" not in sub.failed:
+                section.errors.add(section.locations.error(
+                    ("command",), "missing: set a top-level command (or one for every role)"))
+                command_failed = True  # said once for all roles
+            role_command = ("missing",)
         role_resources = sub.take(
-            "resources", lambda v, p: _resources(v, p, section.locations, resources), resources)
+            "resources",
+            lambda v, p: _resources(v, p, section.locations, resources, section.errors),
+            resources)
         role_env = sub.take("env", _env, {})
         sub.finish()
         roles[role] = RoleSpec(role=role, count=count, command=role_command,
@@ -289,8 +446,9 @@ def _roles(section: _Section, command: Optional[Tuple[str, ...]],
     return {role: roles[role] for role in Role}
 
 
-def _network(value: Any, key_path: KeyPath, locations: Locations) -> NetworkSpec:
-    section = _Section(value, key_path, locations, "network")
+def _network(value: Any, key_path: KeyPath, locations: Locations,
+             errors: _Errors) -> NetworkSpec:
+    section = _Section(value, key_path, locations, "network", errors)
 
     def interface(v: Any, _: KeyPath) -> str:
         if not isinstance(v, str) or not re.fullmatch(r"[A-Za-z0-9_.:@-]{1,15}", v):
@@ -304,8 +462,8 @@ def _network(value: Any, key_path: KeyPath, locations: Locations) -> NetworkSpec
 
 
 def _rendezvous(value: Any, key_path: KeyPath, locations: Locations,
-                base_dir: Path) -> RendezvousSpec:
-    section = _Section(value, key_path, locations, "rendezvous")
+                base_dir: Path, errors: _Errors) -> RendezvousSpec:
+    section = _Section(value, key_path, locations, "rendezvous", errors)
     defaults = RendezvousSpec(dir=Path("."))
 
     def duration(v: Any, _: KeyPath) -> float:
@@ -326,8 +484,60 @@ def _rendezvous(value: Any, key_path: KeyPath, locations: Locations,
     return result
 
 
-def _container(value: Any, key_path: KeyPath, locations: Locations) -> ContainerSpec:
-    section = _Section(value, key_path, locations, "container")
+def _restarts(value: Any, key_path: KeyPath, locations: Locations,
+              errors: _Errors) -> RestartsSpec:
+    section = _Section(value, key_path, locations, "restarts", errors)
+    defaults = RestartsSpec()
+
+    def duration(v: Any, _: KeyPath) -> float:
+        return 0.0 if v == 0 and not isinstance(v, bool) else parse_duration(v)
+
+    def reasons(v: Any, _: KeyPath) -> Tuple[EndReason, ...]:
+        items = v if isinstance(v, list) else [v]
+        allowed = [r.value for r in RESTARTABLE] + list(ON_ALIASES)
+        chosen: List[EndReason] = []
+        for item in items:
+            if not isinstance(item, str) or item not in allowed:
+                close = difflib.get_close_matches(str(item), allowed, n=1, cutoff=0.5)
+                raise ValueError(f"unknown end reason {item!r}"
+                                 + (f" (did you mean {close[0]!r}?)" if close else
+                                    f" (reasons: {', '.join(allowed)})"))
+            reason = ON_ALIASES.get(item) or EndReason(item)
+            if reason not in chosen:
+                chosen.append(reason)
+        return tuple(chosen)
+
+    def signal_name(v: Any, _: KeyPath) -> str:
+        name = v if isinstance(v, str) and v.startswith("SIG") else f"SIG{v}"
+        if name not in CHECKPOINT_SIGNALS:
+            raise ValueError(f"expected one of {', '.join(CHECKPOINT_SIGNALS)} or null, "
+                             f"got {v!r}")
+        return name
+
+    checkpoint_signal: Optional[str] = defaults.checkpoint_signal
+    if "checkpoint_signal" in section.data and section.data["checkpoint_signal"] is None:
+        checkpoint_signal = None
+        section.known.append("checkpoint_signal")
+    else:
+        checkpoint_signal = section.take("checkpoint_signal", signal_name,
+                                         defaults.checkpoint_signal)
+    result = RestartsSpec(
+        max=section.take("max", _int(0), defaults.max),
+        on=section.take("on", reasons, defaults.on),
+        backoff_s=section.take("backoff", duration, defaults.backoff_s),
+        checkpoint_signal=checkpoint_signal,
+        checkpoint_grace_s=section.take("checkpoint_grace", duration,
+                                        defaults.checkpoint_grace_s),
+        checkpoint_lead_s=section.take("checkpoint_lead", duration,
+                                       defaults.checkpoint_lead_s),
+    )
+    section.finish()
+    return result
+
+
+def _container(value: Any, key_path: KeyPath, locations: Locations,
+               errors: _Errors) -> ContainerSpec:
+    section = _Section(value, key_path, locations, "container", errors)
 
     def choice(enum_class: Any) -> Callable[[Any, KeyPath], Any]:
         def parse(v: Any, _: KeyPath) -> Any:
@@ -362,12 +572,13 @@ def _container(value: Any, key_path: KeyPath, locations: Locations) -> Container
                            options=section.take("options", strings, ()),
                            gpus=section.take("gpus", choice(GpuMode), GpuMode.AUTO))
     section.finish()
-    if not result.image:
-        raise locations.error(key_path + ("image",), "missing: the container image to run")
+    if not result.image and "image" not in section.failed:
+        section.error("image", "missing: the container image to run")
     return result
 
 
-def _backends(value: Any, key_path: KeyPath, locations: Locations) -> Dict[str, Any]:
+def _backends(value: Any, key_path: KeyPath, locations: Locations,
+              errors: _Errors) -> Dict[str, Any]:
     """The ``backends:`` mapping: backend name -> that backend's block as plain data
     (``{}`` for an empty one). Which names exist and what each block may hold is the
     registry's to check (``backends.registry.options_for``)."""
@@ -379,7 +590,8 @@ def _backends(value: Any, key_path: KeyPath, locations: Locations) -> Dict[str, 
         try:
             _backend_name(name, key_path + (name,))
         except ValueError as exc:
-            raise locations.error(key_path + (name,), str(exc)) from None
+            errors.add(locations.error(key_path + (name,), str(exc)))
+            continue
         result[name] = {} if raw_options is None else raw_options
     return result
 
@@ -387,8 +599,9 @@ def _backends(value: Any, key_path: KeyPath, locations: Locations) -> Dict[str, 
 def parse_options(options_class: Callable[..., T], data: Any, key_path: KeyPath,
                   locations: Locations) -> T:
     """``data`` (one ``backends.<name>`` block) as ``options_class``, by its fields' types;
-    a ``SpecError`` at the offending key otherwise."""
+    a ``SpecError`` at each offending key otherwise (all of them: ``SpecErrors``)."""
     try:
-        return from_data(options_class, data)  # type: ignore[arg-type]
+        return from_data(options_class, data, every_error=True)  # type: ignore[arg-type]
     except ConversionError as exc:
-        raise locations.error(key_path + exc.path, exc.problem, exc.hint) from None
+        raise SpecErrors.of([locations.error(key_path + e.path, e.problem, e.hint)
+                             for e in exc.all]) from None

@@ -1,7 +1,10 @@
 """JobSpec -> JobPlan: the job id, run directory and one task per role instance. Pure.
 
 Task order is fixed: the scheduler is task 0, then servers, then workers, each
-role ranked from 0. Every task gets the ``DMLC_*``/``MXBATCH_*`` variables that
+role ranked from 0. The job's size is checked against its ceiling (the spec's
+``max_tasks``, else the backend's) before any task is built, so planning costs what
+the tasks planned cost, and a mistyped count (``-n 99999999999``) is a spec error
+at once. Every task gets the ``DMLC_*``/``MXBATCH_*`` variables that
 are known before the job runs; the runtime adds the scheduler address and the
 task's own IP when it starts.
 """
@@ -14,9 +17,11 @@ import secrets
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
+from ..errors import SpecError
 from ..runtime import wire
+from ..runtime.attempts import RestartPlan
 from ..runtime.container import ContainerPlan
 from ..runtime.planfile import DEFAULT_ABORT_POLL_S, RunPlan, TaskInfo
 from ..runtime.roles import Role
@@ -43,6 +48,34 @@ class JobPlan:
         return self.run.tasks_of(role)
 
 
+#: the most tasks of a job a backend allows by default (``Backend.max_tasks``); the
+#: spec's ``max_tasks`` raises (or lowers) it
+DEFAULT_MAX_TASKS = 10_000
+
+
+def check_size(spec: JobSpec, backend: str, ceiling: int,
+               count_flags: Optional[Mapping[Role, str]] = None) -> int:
+    """The job's number of tasks, or a ``SpecError`` at the count that makes it exceed
+    ``spec.max_tasks`` (default ``ceiling``, the backend's): the flag that set it
+    (``count_flags``: role -> ``-n/--workers``), else its key in the spec."""
+    counts = {role: spec.role(role).count for role in Role}
+    total = sum(counts.values())
+    limit = spec.max_tasks if spec.max_tasks is not None else ceiling
+    if total <= limit:
+        return total
+    role = Role.WORKER if counts[Role.WORKER] >= counts[Role.SERVER] else Role.SERVER
+    problem = (f"{counts[Role.WORKER]} workers, {counts[Role.SERVER]} servers and the "
+               f"scheduler are {total} tasks, more than "
+               + (f"max_tasks ({limit})" if spec.max_tasks is not None
+                  else f"the {backend} backend's ceiling of {limit} tasks"))
+    hint = (f"to allow it, set max_tasks: {total} in the job spec or the site config's "
+            f"defaults, or give launch --max-tasks {total}")
+    flag = (count_flags or {}).get(role)
+    if flag is not None:
+        raise SpecError(problem, key=flag, hint=hint)
+    raise spec.error(("roles", role.value, "count"), problem, hint)
+
+
 def new_job_id(name: str) -> str:
     """``<name>-<8 hex>``."""
     return f"{name}-{secrets.token_hex(4)}"
@@ -51,11 +84,17 @@ def new_job_id(name: str) -> str:
 def make(spec: JobSpec, backend: str, *, job_id: Optional[str] = None,
          created_at: Optional[float] = None, python: Optional[str] = None,
          loopback_only: bool = False, abort_poll_s: float = DEFAULT_ABORT_POLL_S,
-         role_containers: bool = False) -> JobPlan:
+         role_containers: bool = False, max_tasks: int = DEFAULT_MAX_TASKS,
+         count_flags: Optional[Mapping[Role, str]] = None,
+         signal_ends: Optional[Dict[str, str]] = None) -> JobPlan:
     """Plan ``spec`` for ``backend``. ``loopback_only``: every task runs on this host;
     ``abort_poll_s``: how often supervisors look for the abort record (often on one
     machine, about once a second on shared storage); ``role_containers``: the runtime
-    runs every role in the spec's ``container`` (the backend does not do it itself)."""
+    runs every role in the spec's ``container`` (the backend does not do it itself);
+    ``max_tasks``: the backend's ceiling and ``count_flags`` the flags that set counts
+    (``check_size``, which runs first); ``signal_ends``: what a signal to a supervisor
+    means on this backend (signal name -> end reason)."""
+    check_size(spec, backend, max_tasks, count_flags)
     job_id = job_id or new_job_id(spec.name)
     counts = {role: spec.role(role).count for role in Role}
     tasks: List[TaskInfo] = []
@@ -83,8 +122,20 @@ def make(spec: JobSpec, backend: str, *, job_id: Optional[str] = None,
         core_dumps=spec.core_dumps,
         container=container_plan(spec) if role_containers else None,
         tasks=tasks,
+        restarts=restart_plan(spec),
+        signal_ends=dict(signal_ends or {}),
     )
     return JobPlan(spec=spec, backend=backend, run=run)
+
+
+def restart_plan(spec: JobSpec) -> RestartPlan:
+    """The spec's ``restarts`` as the runtime reads it."""
+    restarts = spec.restarts
+    return RestartPlan(max=restarts.max, on=tuple(r.value for r in restarts.on),
+                       backoff_s=restarts.backoff_s,
+                       checkpoint_signal=restarts.checkpoint_signal,
+                       checkpoint_grace_s=restarts.checkpoint_grace_s,
+                       checkpoint_lead_s=restarts.checkpoint_lead_s)
 
 
 def container_plan(spec: JobSpec) -> Optional[ContainerPlan]:

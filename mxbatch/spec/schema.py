@@ -17,12 +17,18 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Tuple
 
 from ..errors import SpecError
+from ..runtime.attempts import DEFAULT_ON
 from ..runtime.container import ContainerRuntime, GpuMode
 from ..runtime.roles import Role
+from ..runtime.states import EndReason
 from .located import KeyPath, Locations
 from .paths import mxbatch_home
 
 DEFAULT_BACKEND = "local"
+
+#: stands for the list of registered backends in a help text; the reference (and each
+#: command's help) fills it in from the registry
+BACKENDS = "{backends}"
 
 #: metadata keys of ``spec_field`` (``help`` is the one ``typed.option`` uses too)
 HELP, KEY, TYPE, DEFAULT, TOP_LEVEL = "help", "spec_key", "spec_type", "spec_default", "top"
@@ -76,7 +82,9 @@ class NetworkSpec:
     interface: Optional[str] = spec_field(
         "the interface whose IPv4 address tasks advertise (eth0, ib0); default: the "
         "default route's (127.0.0.1 on the local backend)", default=None)
-    port_low: int = spec_field("the scheduler's port range (9000-9999, [9000, 9999], 9100)",
+    port_low: int = spec_field("the ports of the job (9000-9999, [9000, 9999], 9100): the "
+                               "scheduler's, and one slice a server or worker binds in "
+                               "task order (so kv.rank follows the rank)",
                                key="ports", type="port range", default_text="9000-9999",
                                default=9000)
     port_high: int = dataclasses.field(default=9999)  # set by ``ports`` too
@@ -102,6 +110,36 @@ class RendezvousSpec:
         "a stopped role, or a worker using no CPU and writing no output, this long fails "
         "the job; null: never", key="stall_timeout", type="duration or null",
         default_text="30m", default=1800.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class RestartsSpec:
+    """``restarts:``: relaunch the whole job (every role, the same job id and run
+    directory) when an attempt ends for one of the ``on`` reasons, at most ``max``
+    times; see docs/long-jobs.md."""
+
+    max: int = spec_field("how many times the job may be relaunched (0: never, today's "
+                          "behaviour); launch --max-restarts", default=0)
+    on: Tuple[EndReason, ...] = spec_field(
+        "the end reasons that relaunch it: failure, stall, exit_hang, startup_deadline, "
+        "preempted (or preemption), walltime, node_failure",
+        type="list of reasons", default_text=", ".join(r.value for r in DEFAULT_ON),
+        default=DEFAULT_ON)
+    backoff_s: float = spec_field("the wait between an attempt's end and the next one's "
+                                  "start (0: none)", key="backoff", type="duration",
+                                  default_text="10s", default=10.0)
+    checkpoint_signal: Optional[str] = spec_field(
+        "what every worker gets on preemption or walltime before the teardown (SIGUSR1, "
+        "SIGUSR2, SIGTERM, SIGINT...; null: none)", type="signal name or null",
+        default_text="SIGUSR1", default="SIGUSR1")
+    checkpoint_grace_s: float = spec_field(
+        "how long the workers may take to checkpoint and exit after that signal, the "
+        "other roles kept running for them", key="checkpoint_grace", type="duration",
+        default_text="2m", default=120.0)
+    checkpoint_lead_s: float = spec_field(
+        "how long before the walltime the attempt checkpoints and ends (Slurm: "
+        "--signal=B:USR1@lead; SGE: -l s_rt; elsewhere the supervisor's own clock)",
+        key="checkpoint_lead", type="duration", default_text="2m", default=120.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,10 +188,18 @@ class JobSpec:
                                                     "(YARN: docker)", default=None)
     core_dumps: bool = spec_field("roles may write core files (else RLIMIT_CORE is 0)",
                                   default=False)
+    max_tasks: Optional[int] = spec_field(
+        "the most tasks (scheduler, servers, workers) the job may have: a count above "
+        "the backend's ceiling is a spec error unless this raises it",
+        default_text="the backend's ceiling (local 1000, others 10000)", default=None)
+    restarts: RestartsSpec = spec_field("relaunch the job after preemption, walltime, node "
+                                        "failures or failures, resuming from a checkpoint",
+                                        default_text="max 0: never",
+                                        default_factory=RestartsSpec)
     locations: Locations = dataclasses.field(
         default_factory=lambda: Locations(None), compare=False, repr=False)
-    backend: Optional[str] = spec_field("where the job runs (local, sge, slurm, yarn, a "
-                                        "plugin); --backend wins", default_text="local",
+    backend: Optional[str] = spec_field(f"where the job runs: {BACKENDS}, or a plugin's "
+                                        "name; --backend wins", default_text="local",
                                         default=None)
 
     def role(self, role: Role) -> RoleSpec:

@@ -41,6 +41,8 @@ class ConversionError(ValueError):
         self.path = path
         self.problem = problem
         self.hint = hint
+        #: every problem found (``from_data(..., every_error=True)``), this one first
+        self.all: List["ConversionError"] = [self]
 
 
 def option(default: Any, help: str) -> Any:
@@ -98,9 +100,14 @@ def type_name(tp: Any) -> str:
         tp, getattr(tp, "__name__", str(tp)))
 
 
-def from_data(tp: Type[T], data: Any, path: KeyPath = (), *, strict: bool = True) -> T:
+def from_data(tp: Type[T], data: Any, path: KeyPath = (), *, strict: bool = True,
+              every_error: bool = False) -> T:
     """``data`` converted to ``tp`` (see the module docstring). ``strict``: unknown keys
-    of a dataclass are errors (with a "did you mean" hint); else they are ignored."""
+    of a dataclass are errors (with a "did you mean" hint); else they are ignored.
+    ``every_error``: a dataclass's problems are all found, in its raised error's
+    ``all``, not only the first."""
+    if every_error and isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _dataclass(tp, data, path, strict, every_error=True)
     return _convert(tp, data, path, strict)
 
 
@@ -185,23 +192,34 @@ def _scalar(tp: Any, data: Any, path: KeyPath) -> Any:
     raise TypeError(f"unsupported type {tp!r}")
 
 
-def _dataclass(tp: type, data: Any, path: KeyPath, strict: bool) -> Any:
+def _dataclass(tp: type, data: Any, path: KeyPath, strict: bool,
+               every_error: bool = False) -> Any:
     if not isinstance(data, dict):
         raise ConversionError(path, f"expected a mapping, got {kind_of(data)}")
     fields = {f.name: f for f in dataclasses.fields(tp) if f.init}
+    problems: List[ConversionError] = []
     if strict:
         for key in data:
             if key not in fields:
-                raise ConversionError(path + (key,), "unknown key", did_you_mean(
-                    key, list(fields), "valid keys: " + ", ".join(fields)))
+                problems.append(ConversionError(path + (key,), "unknown key", did_you_mean(
+                    key, list(fields), "valid keys: " + ", ".join(fields))))
     hints = typing.get_type_hints(tp)
     values: Dict[str, Any] = {}
     for name, field in fields.items():
-        if name in data:
-            values[name] = _convert(hints[name], data[name], path + (name,), strict)
-        elif (field.default is dataclasses.MISSING
-              and field.default_factory is dataclasses.MISSING):  # type: ignore[misc]
-            raise ConversionError(path + (name,), "missing")
+        if problems and not every_error:
+            break
+        try:
+            if name in data:
+                values[name] = _convert(hints[name], data[name], path + (name,), strict)
+            elif (field.default is dataclasses.MISSING
+                  and field.default_factory is dataclasses.MISSING):  # type: ignore[misc]
+                raise ConversionError(path + (name,), "missing")
+        except ConversionError as exc:
+            problems.extend(exc.all)
+    if problems:
+        first = problems[0]
+        first.all = problems
+        raise first
     return tp(**values)
 
 

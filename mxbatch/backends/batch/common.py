@@ -10,6 +10,15 @@ states, and how to delete its job ids.
 
 Every process of a job carries ``MXBATCH_JOB_ID``: the job scripts export it before
 they start the supervisor, DRMAA jobs get it in their job environment.
+
+**Restarts.** With ``restarts`` on, ``started`` runs the job's driver (``driver``) and
+every attempt after the first is a new native submission (``relaunch``): the submit
+commands saved at submission (``jobs/submit.json``) with the attempt's own options on
+the command line, which win over the job scripts' directives: its variables
+(``MXBATCH_ATTEMPT``, ``MXBATCH_RESTART_REASON``), its output files (in
+``attempts/<k>/logs/``) and the hosts to leave out (``attempt_options``; DRMAA: the same
+in the job templates). The scheduler's own requeue is what the backend turns off or
+cleans up after (``restart_directives``): the driver relaunches every role together.
 """
 
 from __future__ import annotations
@@ -17,19 +26,23 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
+import json
 import os
 import re
+import socket
 import string
 import subprocess
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from ... import shell
 from ...errors import BackendUnavailable, CommandError, MxbatchError, SubmissionRejected
 from ...quoting import quote, shell_words
-from ...runtime import wire
+from ...runtime import osbytes, procs, wire
+from ...runtime.attempts import read_attempts
+from ...runtime.jobloop import AttemptContext
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan, TaskInfo
 from ...runtime.rendezvous import FileRendezvous
@@ -37,9 +50,10 @@ from ...runtime.roles import Role
 from ...runtime.states import TaskState
 from ...spec.located import KeyPath
 from ...spec.plan import JobPlan
+from ...spec.typed import from_data, to_data
 from ..base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
 from ..records import JobRecord
-from ..status import JobState, JobStatus, NativeState, TaskKey, merge
+from ..status import JobState, JobStatus, NativeState, TaskKey, merge, with_attempts
 from . import drmaa as drmaa_glue
 
 #: how long cancel waits for the queue to forget the job's tasks
@@ -440,7 +454,9 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
         return render_jobscript(
             self.script_template, job_id=plan.job_id, role=group.role.value,
             count=str(group.count),
-            directives=directive_lines(self.directive_prefix, self.directives(plan, group),
+            directives=directive_lines(self.directive_prefix,
+                                       self.directives(plan, group)
+                                       + self.restart_directives(plan.run, group),
                                        self.script_token),
             export=job_id_export(plan),
             command=shell_words(runtime_argv(plan, group.role)))
@@ -465,17 +481,85 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
         Path(layout.jobs_dir).mkdir(mode=0o700)
         for name, text in request.scripts.items():
             path = Path(layout.job_script(name))
-            path.write_text(text)
+            path.write_bytes(osbytes.encode(text))  # paths and values as the OS gave them
             path.chmod(0o700)
+        if request.plan.run.restarts.enabled:  # what the driver submits again, per attempt
+            Path(submissions_file(layout)).write_text(json.dumps(
+                {"commands": request.submit_commands,
+                 "templates": [to_data(t) for t in request.templates]}, indent=1))
 
     def status(self, record: JobRecord) -> JobStatus:
         run = load_run_plan(record)
-        rdv = FileRendezvous(record.run_dir)
-        view = self.native_view(self.handle_of(record), run)
+        attempts = read_attempts(record.layout.attempts_record)
+        index = attempts.current.index if attempts is not None else 0
+        rdv = FileRendezvous(record.run_dir, index)
+        if index and not attempts.current.native:  # being submitted: nothing to ask yet
+            view = NativeView(states={key: NativeState.QUEUED for key in run.task_keys()},
+                              ids={})
+        else:
+            view = self.native_view(self.handle_of(record), run)
         abort = rdv.read_abort()
         status = merge(run, self.name, rdv.read_tasks(run.task_keys()), abort, view.states,
                        view.ids)
-        return self.with_held_tasks(status, view, aborted=abort is not None)
+        status = self.with_held_tasks(status, view, aborted=abort is not None)
+        alive = True
+        if attempts is not None and attempts.driver_pid is not None \
+                and attempts.driver_host == socket.gethostname():
+            alive = procs.pid_alive(attempts.driver_pid)
+        return with_attempts(status, run, attempts, alive)
+
+    # -- restarts
+    def restart_directives(self, run: RunPlan, group: RoleGroup) -> List[Directive]:
+        """What the job scripts of a job with restarts carry more: the scheduler's
+        warning before the time limit, its own requeue turned off or cleaned up after.
+        Default: nothing."""
+        return []
+
+    def attempt_options(self, run: RunPlan, name: str, attempt: AttemptContext) -> List[str]:
+        """The submit command's options of one job script (``name``: a role, or the one
+        heterogeneous job) for a later attempt: its variables, output files, the hosts
+        to leave out."""
+        raise NotImplementedError
+
+    def attempt_template(self, run: RunPlan, template: drmaa_glue.TemplateSpec,
+                         attempt: AttemptContext) -> drmaa_glue.TemplateSpec:
+        """A DRMAA bulk job of the first attempt as a later attempt submits it."""
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def handle_from_ids(self, submitter: str, ids: Dict[str, str]) -> HandleT:
+        """The handle of a submission: the job id of each job script by its name (a
+        DRMAA one: by role)."""
+
+    def started(self, record: JobRecord) -> None:
+        """With restarts on: the driver of the job's attempts (``driver``)."""
+        if load_run_plan(record).restarts.enabled:
+            from .. import driver
+
+            driver.start(record)
+
+    def relaunch(self, record: JobRecord, run: RunPlan, attempt: Any,
+                 rollback: Rollback) -> HandleT:
+        """Submit attempt ``attempt`` again as the first one was, with its own options."""
+        saved = json.loads(Path(submissions_file(record.layout)).read_text())
+        submitter = str(record.handle.get("submitter") or "")
+        if submitter == drmaa_glue.SUBMITTER:
+            templates = [self.attempt_template(run, from_data(drmaa_glue.TemplateSpec, t),
+                                               attempt) for t in saved["templates"]]
+            client = self.drmaa_client()
+            ids = client.submit(tuple(templates))
+            flat = [job_id for group_ids in ids for job_id in group_ids]
+            rollback.push("the DRMAA jobs", lambda: client.terminate(flat))
+            return self.handle_from_ids(submitter, {
+                g.role.value: self.drmaa_job_number(i) for g, i in zip(role_groups(run), ids)})
+        ids: Dict[str, str] = {}
+        for name, argv in saved["commands"].items():
+            command = list(argv[:-1]) + self.attempt_options(run, name, attempt) + [argv[-1]]
+            job_id = self.submit_script(command)
+            rollback.push(f"{self.scheduler} job {job_id}",
+                          lambda job_id=job_id: self.delete_ids([job_id], force=True))
+            ids[name] = job_id
+        return self.handle_from_ids(submitter, ids)
 
     def with_held_tasks(self, status: JobStatus, view: NativeView, aborted: bool) -> JobStatus:
         """Tasks the scheduler holds in an error state never start: they fail the job
@@ -528,6 +612,17 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
             if time.time() > deadline:
                 return False
             time.sleep(0.5)
+
+
+def submissions_file(layout: RunLayout) -> str:
+    """The submit commands (and DRMAA templates) of a job with restarts, kept for the
+    driver's relaunches."""
+    return os.path.join(layout.jobs_dir, "submit.json")
+
+
+def attempt_variables(attempt: AttemptContext) -> Dict[str, str]:
+    """What every task of a later attempt gets in its environment from the submission."""
+    return {wire.ATTEMPT: str(attempt.index), wire.RESTART_REASON: attempt.reason_name}
 
 
 def rejected(scheduler: str, words: str, hint: str) -> SubmissionRejected:

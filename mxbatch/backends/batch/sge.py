@@ -14,6 +14,15 @@ it; other values are double-quoted when they have blanks, and a quote character 
 them is a spec error. DRMAA's native specification keeps a ' inside double quotes.
 SGE replaces $HOME, $USER, $JOB_ID, $JOB_NAME, $HOSTNAME and $TASK_ID in the working
 directory and output paths, with no escape: a run directory with one is a spec error.
+
+Restarts: the job scripts get ``-notify`` (SGE sends SIGUSR2 before it kills a task:
+``qdel``, ``qmod -rj``, ``h_rt``; SIGUSR1 before it suspends one) and ``-r y`` (SGE may
+reschedule a task whose host failed; a task of an attempt that has ended exits at once,
+and the driver deletes whatever of the old attempt SGE requeued) and, with a walltime,
+``-l s_rt=`` ``restarts.checkpoint_lead`` before ``h_rt`` (SIGUSR1: reason walltime).
+SIGUSR2 and SIGTERM to a supervisor are a preemption. A later attempt is ``qsub -v
+MXBATCH_ATTEMPT=k,... -o attempts/k/... -l h=!host&!...`` (a hard exclusion of the
+hosts of its node failures); through DRMAA, the same in the job templates.
 """
 
 from __future__ import annotations
@@ -25,12 +34,14 @@ import re
 import shutil
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ...errors import BackendUnavailable
+from ...runtime.jobloop import AttemptContext
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan
 from ...runtime.roles import Role
+from ...runtime.states import EndReason
 from ...spec.plan import JobPlan
 from ...spec.typed import option
 from ...spec.units import format_duration
@@ -47,6 +58,7 @@ from .common import (
     NativeView,
     RoleGroup,
     Unrepresentable,
+    attempt_variables,
     inside_help,
     job_name,
     native_directives,
@@ -193,6 +205,11 @@ class SgeBackend(BatchBackend[SgeHandle]):
                       "`qconf -spl`")
     job_id_pattern = QSUB_JOB_ID
     daemon_probe = ("qstat", "-g", "c")
+    #: -notify: SIGUSR2 before a kill (qdel, qmod -rj, h_rt), SIGUSR1 before a suspension
+    #: and at s_rt (the walltime less the checkpoint lead)
+    signal_ends: ClassVar[Dict[str, str]] = {
+        "SIGTERM": EndReason.PREEMPTED.value, "SIGUSR2": EndReason.PREEMPTED.value,
+        "SIGUSR1": EndReason.WALLTIME.value}
     inside_backend = "sge-pe"
     allocation_variable = placement.PE_HOSTFILE
 
@@ -340,18 +357,59 @@ class SgeBackend(BatchBackend[SgeHandle]):
 
     def native_specification(self, plan: JobPlan, group: RoleGroup) -> List[Directive]:
         return (self.common_directives(plan) + self.resource_directives(plan, group)
+                + self.restart_directives(plan.run, group)
                 + native_directives(self.options.native, ("backends", "sge", "native")))
+
+    # ------------------------------------------------------------------ restarts
+    def restart_directives(self, run: RunPlan, group: RoleGroup) -> List[Directive]:
+        """``-notify``, ``-r y``; with a walltime, ``-l s_rt`` the checkpoint lead before."""
+        restarts = run.restarts
+        if not restarts.enabled:
+            return []
+        result = [Directive("-notify"), Directive("-r", ("y",))]
+        walltime = group.first.walltime_s
+        if walltime and restarts.restarts_on(EndReason.WALLTIME):
+            lead = min(restarts.checkpoint_lead_s, walltime / 2)
+            result.append(Directive("-l", (f"s_rt={format_duration(walltime - lead)}",)))
+        return result
+
+    def _attempt_output(self, run: RunPlan, role: str, attempt: AttemptContext,
+                        placeholder: str) -> str:
+        path = run.layout_of(attempt.index).batch_output(self.output_prefix, role, placeholder)
+        return os.path.relpath(path, run.run_dir)
+
+    @staticmethod
+    def _exclusion(attempt: AttemptContext) -> List[str]:
+        return (["-l", "h=" + "&".join(f"!{h}" for h in attempt.excluded)]
+                if attempt.excluded else [])
+
+    def attempt_options(self, run: RunPlan, name: str, attempt: AttemptContext) -> List[str]:
+        variables = ",".join(f"{k}={v}" for k, v in attempt_variables(attempt).items())
+        return (["-o", self._attempt_output(run, name, attempt, "$TASK_ID"), "-v", variables]
+                + self._exclusion(attempt))
+
+    def attempt_template(self, run: RunPlan, template: drmaa_glue.TemplateSpec,
+                         attempt: AttemptContext) -> drmaa_glue.TemplateSpec:
+        role = template.job_name.rsplit("-", 1)[-1]
+        native = " ".join([template.native] + [self.drmaa_token(t)
+                                                for t in self._exclusion(attempt)])
+        return dataclasses.replace(
+            template, native=native.strip(),
+            output_path=":" + self._attempt_output(run, role, attempt, "$drmaa_incr_ph$"),
+            environment=dict(template.environment, **attempt_variables(attempt)))
+
+    def handle_from_ids(self, submitter: str, ids: Dict[str, str]) -> SgeHandle:
+        return SgeHandle(submitter=Submitter(submitter),
+                         job_ids={Role(name): job_id for name, job_id in ids.items()})
 
     # ------------------------------------------------------------------ submitting
     def launch(self, request: BatchRequest, layout: RunLayout,
                rollback: Rollback) -> SgeHandle:
         submitter = Submitter(request.submitter)
         if submitter is Submitter.DRMAA:
-            job_ids = self.submit_drmaa(request, rollback)
-        else:
-            job_ids = {Role(name): job_id for name, job_id
-                       in self.submit_scripts(request, rollback).items()}
-        return SgeHandle(submitter=submitter, job_ids=job_ids)
+            return SgeHandle(submitter=submitter,
+                             job_ids=self.submit_drmaa(request, rollback))
+        return self.handle_from_ids(submitter.value, self.submit_scripts(request, rollback))
 
     def submit_argv(self, plan: JobPlan, script: str) -> List[str]:
         """qsub, with the run directory as -wd here: qsub's command line takes any path,
@@ -370,12 +428,16 @@ class SgeBackend(BatchBackend[SgeHandle]):
         return task_ids[0].split(".")[0]
 
     # ------------------------------------------------------------------ watching
-    def native_view(self, handle: SgeHandle, run: RunPlan) -> NativeView:
+    def read_queue(self) -> Dict[Tuple[str, int], str]:
+        """Every task SGE holds, from ``qstat -xml -g d -u '*'`` (``parse_qstat_xml``)."""
         result = self.run_command(["qstat", "-xml", "-g", "d", "-u", "*"], timeout=30)
         try:
-            queue = parse_qstat_xml(result.stdout)
+            return parse_qstat_xml(result.stdout)
         except ElementTree.ParseError as exc:
             raise BackendUnavailable(f"cannot parse qstat output: {exc}") from None
+
+    def native_view(self, handle: SgeHandle, run: RunPlan) -> NativeView:
+        queue = self.read_queue()
         view = NativeView(states={}, ids={})
         reasons: Dict[str, Dict[int, str]] = {}
         for task in run.tasks:

@@ -17,10 +17,8 @@ cancel: the abort record (the master stops the agents), then ``qdel``.
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ElementTree
 from typing import Dict, List, Mapping, Sequence, Tuple
 
-from ...errors import BackendUnavailable
 from ...quoting import shell_words
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan
@@ -38,7 +36,7 @@ from .common import (
     relative_to_run_dir,
     render_jobscript,
 )
-from .sge import SgeBackend, SgeHandle, Submitter, in_error_state, native_state, parse_qstat_xml
+from .sge import SgeBackend, SgeHandle, Submitter, in_error_state, native_state
 
 #: the one job script's name (``jobs/gang.sh``, ``logs/sge-gang.out``)
 GANG = "gang"
@@ -59,6 +57,10 @@ class SgeGangBackend(SgeBackend):
 
     # ------------------------------------------------------------------ checks
     def check(self, plan: JobPlan) -> None:
+        if plan.run.restarts.enabled:
+            raise plan.spec.error(("restarts", "max"), "a gang job (backends.sge.gang) is not "
+                                  "relaunched yet", "use gang: false (the arrays), or "
+                                  "restarts.max: 0 (see docs/long-jobs.md)")
         for task in plan.run.tasks:
             if task.cpus > 1 or task.gpus:
                 raise plan.spec.error(
@@ -110,11 +112,7 @@ class SgeGangBackend(SgeBackend):
     # ------------------------------------------------------------------ watching
     def native_view(self, handle: SgeHandle, run: RunPlan) -> NativeView:
         """Every task is in the one job's state (queued until SGE grants every slot)."""
-        result = self.run_command(["qstat", "-xml", "-g", "d", "-u", "*"], timeout=30)
-        try:
-            queue = parse_qstat_xml(result.stdout)
-        except ElementTree.ParseError as exc:
-            raise BackendUnavailable(f"cannot parse qstat output: {exc}") from None
+        queue = self.read_queue()
         number = next(iter(handle.job_ids.values()), "")
         letters = queue.get((number, 1))
         state = NativeState.GONE if letters is None else native_state(letters)

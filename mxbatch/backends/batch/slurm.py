@@ -13,6 +13,17 @@ written in single quotes with ``\\`` and ``'`` backslash-escaped. In ``--output`
 task's launch, so a run directory with a backslash is a spec error. slurm-drmaa splits
 its native specification at blanks with no quoting at all and takes long options only
 as ``--name=value``.
+
+Restarts: the job scripts get ``--no-requeue`` (the driver relaunches every role
+together; Slurm's own requeue after a node failure or a preemption would bring back one
+array task into an attempt that has ended) and, with a walltime, ``--signal=B:USR1@lead``
+(Slurm's warning to the supervisor ``restarts.checkpoint_lead`` before the time limit:
+reason walltime). SIGTERM to a supervisor is a preemption (Slurm sends it on preemption;
+a ``scancel`` by hand looks the same: ``mxbatch cancel`` is the way to cancel). A later
+attempt is ``sbatch --export=...,MXBATCH_ATTEMPT=k --output=attempts/k/... --exclude=``
+the hosts of its node failures. An array task Slurm ended with its node (``NODE_FAIL``:
+the supervisor's record may still say RUNNING, its node being unreachable) is a node
+failure of that node (``lost_end``, from ``squeue --states=all``).
 """
 
 from __future__ import annotations
@@ -22,13 +33,16 @@ import enum
 import os
 import re
 import shutil
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
-from ...errors import BackendUnavailable, CommandError
+from ...errors import BackendUnavailable, CommandError, MxbatchError
 from ...quoting import shell_words
+from ...runtime.attempts import AttemptEnd
+from ...runtime.jobloop import AttemptContext
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan
 from ...runtime.roles import Role
+from ...runtime.states import EndReason
 from ...spec.plan import JobPlan
 from ...spec.typed import option
 from ...spec.units import format_duration
@@ -45,6 +59,7 @@ from .common import (
     NativeView,
     RoleGroup,
     Unrepresentable,
+    attempt_variables,
     directive_lines,
     inside_help,
     job_id_export,
@@ -207,6 +222,9 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
     job_id_pattern = SBATCH_JOB_ID
     daemon_probe = ("scontrol", "ping")
     drmaa_extra_args = ("--array-base", "1")  # slurm-drmaa numbers array tasks from 1
+    #: SIGTERM: a preemption (or a scancel by hand); SIGUSR1: --signal=B:USR1@lead
+    signal_ends: ClassVar[Dict[str, str]] = {"SIGTERM": EndReason.PREEMPTED.value,
+                                             "SIGUSR1": EndReason.WALLTIME.value}
     inside_backend = "slurm-steps"
     allocation_variable = placement.SLURM_JOB_ID
 
@@ -336,7 +354,8 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
                               Directive("--chdir", (plan.run.run_dir,), "=",
                                         source=RUN_DIR_SOURCE),
                               self.output_directive(output, ""),
-                              *self.common_directives(plan), *directives]
+                              *self.common_directives(plan),
+                              *self.restart_directives(plan.run, group), *directives]
             if group.first.gpus and self.options.gpu_flag is GpuFlag.GRES and group.count > 1:
                 # --gres is per node: one task per node gets each task its GPUs
                 directives.append(Directive("--ntasks-per-node", ("1",), "="))
@@ -369,6 +388,72 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
             return {HET_SCRIPT: self.het_script(plan)}
         return super().scripts(plan)
 
+    # ------------------------------------------------------------------ restarts
+    def restart_directives(self, run: RunPlan, group: RoleGroup) -> List[Directive]:
+        """``--no-requeue``; with a walltime, the warning before it (``--signal``)."""
+        restarts = run.restarts
+        if not restarts.enabled:
+            return []
+        result = [Directive("--no-requeue")]
+        walltime = group.first.walltime_s
+        if walltime and restarts.restarts_on(EndReason.WALLTIME):
+            lead = int(min(restarts.checkpoint_lead_s, walltime / 2, 65535))
+            result.append(Directive("--signal", (f"B:USR1@{max(lead, 1)}",), "="))
+        return result
+
+    def attempt_options(self, run: RunPlan, name: str, attempt: AttemptContext) -> List[str]:
+        layout = run.layout_of(attempt.index)
+        if name == HET_SCRIPT:
+            output = output_pattern(layout.batch_output_single(self.output_prefix, HET_SCRIPT),
+                                    "")
+        else:
+            output = output_pattern(layout.batch_output(self.output_prefix, name, _INDEX), "%a")
+        variables = ",".join(f"{k}={v}" for k, v in attempt_variables(attempt).items())
+        options = [f"--output={output}",
+                   f"--export={'ALL,' if run.inherit_env else ''}{variables}"]
+        if attempt.excluded:
+            options.append(f"--exclude={','.join(attempt.excluded)}")
+        return options
+
+    def attempt_template(self, run, template, attempt):
+        raise MxbatchError("relaunching a job submitted through slurm-drmaa is not "
+                           "supported: use backends.slurm.submitter: sbatch")
+
+    def handle_from_ids(self, submitter: str, ids: Dict[str, str]) -> SlurmHandle:
+        if HET_SCRIPT in ids:
+            return SlurmHandle(submitter=Submitter(submitter), het_job_id=ids[HET_SCRIPT])
+        return SlurmHandle(submitter=Submitter(submitter),
+                           job_ids={Role(n): i for n, i in ids.items()})
+
+    def lost_end(self, record, handle: SlurmHandle, run: RunPlan,
+                 lost: List[Any]) -> Optional[AttemptEnd]:
+        """What Slurm says of the lost tasks (``squeue --states=all``): their node
+        failed (``NODE_FAIL``: a node failure of the node), they were preempted, or hit
+        their time limit."""
+        argv = ["squeue", "--noheader", "--array", "--states=all", "--format",
+                "%i|%F|%K|%T|%N", "--jobs", ",".join(_job_ids(handle))]
+        result = self.run_command(argv, timeout=30, check=False)
+        seen: Dict[str, Tuple[str, str]] = {}
+        for line in result.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) != 5:
+                continue
+            job, array_job, array_task, state, node = parts
+            key = job if "+" in job else (f"{array_job}_{array_task}"
+                                          if array_task not in ("", "N/A") else job)
+            seen[key] = (state.split()[0] if state else "", node)
+        ends = {"NODE_FAIL": EndReason.NODE_FAILURE, "PREEMPTED": EndReason.PREEMPTED,
+                "TIMEOUT": EndReason.WALLTIME}
+        for task in lost:
+            state, node = seen.get(task.native or "", ("", ""))
+            reason = ends.get(state)
+            if reason is not None:
+                hosts = (node or task.host,) if reason is EndReason.NODE_FAILURE else ()
+                return AttemptEnd(reason, detail=f"{task.label} lost: Slurm says "
+                                  f"{state} (node {node or task.host})", role=task.role.value,
+                                  rank=task.rank, hosts=hosts)
+        return None
+
     def check_directives(self, plan: JobPlan) -> List[List[Directive]]:
         if self.options.het:
             return self.het_components(plan)
@@ -392,10 +477,7 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
         submitter = Submitter(request.submitter)
         if submitter is Submitter.DRMAA:
             return SlurmHandle(submitter=submitter, job_ids=self.submit_drmaa(request, rollback))
-        ids = self.submit_scripts(request, rollback)
-        if HET_SCRIPT in ids:
-            return SlurmHandle(submitter=submitter, het_job_id=ids[HET_SCRIPT])
-        return SlurmHandle(submitter=submitter, job_ids={Role(n): i for n, i in ids.items()})
+        return self.handle_from_ids(submitter.value, self.submit_scripts(request, rollback))
 
     def submit_argv(self, plan: JobPlan, script: str) -> List[str]:
         return ["sbatch", "--parsable", script]

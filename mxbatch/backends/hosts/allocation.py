@@ -26,7 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, TypeVar
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, TypeVar
 
 from ...errors import BackendUnavailable, SpecError
 from ...runtime.layout import RunLayout
@@ -131,6 +131,11 @@ class AllocationBackend(ControlledBackend[OptionsT, AllocationRequest]):
         return found
 
     def check(self, plan: JobPlan) -> None:
+        if plan.run.restarts.enabled:
+            raise plan.spec.error(("restarts", "max"), f"backend {self.name!r} (inside an "
+                                  "allocation) does not relaunch jobs yet",
+                                  "set restarts.max: 0, or submit from outside the allocation "
+                                  "(see docs/long-jobs.md)")
         self._placement(plan)
 
     def check_environment(self) -> None:
@@ -153,8 +158,9 @@ class AllocationBackend(ControlledBackend[OptionsT, AllocationRequest]):
         return to_data(request.setup)
 
     @classmethod
-    def make_controller(cls, plan: RunPlan, config: Dict[str, Any]) -> Controller:
-        return SshController.from_config(plan, config)
+    def make_controller(cls, plan: RunPlan, config: Dict[str, Any],
+                        attempt: Optional[Any] = None) -> Controller:
+        return SshController.from_config(plan, config, attempt)
 
     def launch(self, request: AllocationRequest, layout: RunLayout,
                rollback: Rollback) -> AllocationHandle:

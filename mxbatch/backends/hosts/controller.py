@@ -13,11 +13,18 @@ run directory, through ``FileRendezvous``):
   (``terminate``); a host that ends without its tasks' final records is *lost*: the
   controller writes the abort naming it and marks its tasks LOST.
 
+A controller runs one attempt of the job (``attempt``: its records and logs, the hosts
+it leaves out). ``run_attempts`` drives the job's attempts (``jobloop.AttemptLoop``): a
+relaunch is a new controller, new sessions or a new mpirun, without the hosts a node
+failure was blamed on (the ssh backend places the tasks on the others). SIGTERM to the
+controller is a preemption when ``restarts.on`` lists it (the workers checkpoint, the
+job relaunches); SIGINT and SIGHUP cancel.
+
 Attached (``submit --wait``, ``mxbatch launch``), the CLI process is the controller.
 Detached (``submit``), ``python -m mxbatch.backends.hosts.controller BACKEND RUN_DIR`` is,
-started in a session of its own; it reports on stdout whether ``prepare`` succeeded
-(one JSON line), so ``submit`` fails with the same message and exit code as an
-attached launch would.
+started in a session of its own; it reports on stdout whether ``prepare`` of the first
+attempt succeeded (one JSON line), so ``submit`` fails with the same message and exit
+code as an attached launch would.
 
 ``ControlledBackend`` is the ``Backend`` part every such backend shares: the handle
 (the controller's pid), ``status`` (records, and whether the controller lives),
@@ -41,14 +48,17 @@ from typing import Any, Callable, ClassVar, Dict, Iterable, List, Optional, Tupl
 from ...errors import BackendUnavailable, ExitCode, MxbatchError
 from ...quoting import shell_words
 from ...runtime import procs, wire
+from ...runtime.attempts import AttemptEnd, AttemptsRecord, read_attempts
+from ...runtime.jobloop import AttemptContext, AttemptLoop, attempt_plan, file_attempt_end
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan, TaskInfo
 from ...runtime.rendezvous import FileRendezvous, atomic_write_json, read_json
-from ...runtime.states import AbortKind, AbortRecord, TaskRecord, TaskState
+from ...runtime.states import AbortKind, AbortRecord, EndReason, TaskRecord, TaskState
 from ...spec.plan import JobPlan
-from ..base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
+from ..base import Backend, Handle, RenderedItem, Request, Rollback
 from ..records import JobRecord
-from ..status import JobStatus, NativeState, merge
+from ..status import JobStatus
+from ..supervised import status_supervised_here
 
 #: after the abort, hosts get the grace period plus this long to end by themselves
 STOP_MARGIN_S = 10.0
@@ -73,12 +83,18 @@ def controller_file(layout: RunLayout, backend: str) -> str:
     return layout.backend_file(backend, "controller.json")
 
 
-class Controller(abc.ABC):
-    """Supervises one job from the submit host (see the module docstring)."""
+def first_attempt(plan: RunPlan) -> AttemptContext:
+    return AttemptContext(0, None, (), plan.created_at)
 
-    def __init__(self, plan: RunPlan) -> None:
-        self.plan = plan
-        self.rdv = FileRendezvous(plan.run_dir)
+
+class Controller(abc.ABC):
+    """Supervises one attempt of a job from the submit host (see the module docstring)."""
+
+    def __init__(self, plan: RunPlan, attempt: Optional[AttemptContext] = None) -> None:
+        self.attempt = attempt if attempt is not None else first_attempt(plan)
+        self.plan = attempt_plan(plan, self.attempt.started_at, self.attempt.index)
+        self.layout = plan.layout_of(self.attempt.index)
+        self.rdv = FileRendezvous(plan.run_dir, self.attempt.index)
         self._signalled: Optional[int] = None
         #: the name of the first signal that cancelled the job, if one did
         self.signal_received: Optional[str] = None
@@ -86,6 +102,8 @@ class Controller(abc.ABC):
         self._terminated = False
         self._next_abort_read = 0.0
         self._previous_handlers: Optional[Dict[int, Any]] = None
+        #: the signal was a preemption (the job goes on), not a cancel
+        self.preempted = False
 
     # ------------------------------------------------------------------ subclasses
     @abc.abstractmethod
@@ -111,6 +129,16 @@ class Controller(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """The job has ended: release what is left (files with secrets...)."""
+
+    def prepare_failed(self, error: MxbatchError) -> AttemptEnd:
+        """How a relaunch ends whose ``prepare`` failed (hosts unreachable...): a
+        failure, unless the controller knows which hosts failed (then a node failure)."""
+        return AttemptEnd(EndReason.FAILURE, detail=error.message.replace("\n", " "))
+
+    def attempt_end(self, end: AttemptEnd) -> AttemptEnd:
+        """``end`` (from the attempt's records) in the controller's terms: the hosts it
+        blames named as the hosts' configuration names them. Default: as it is."""
+        return end
 
     # ------------------------------------------------------------------ signals
     def take_signals(self) -> None:
@@ -164,8 +192,15 @@ class Controller(abc.ABC):
         self._signalled = None
         if self.signal_received is None:
             self.signal_received = name
-            reason = "interrupted (%s)" % ("Ctrl-C" if name == "SIGINT" else name)
-            self.rdv.write_abort(AbortRecord(kind=AbortKind.CANCELLED, reason=reason, by=BY))
+            if name == "SIGTERM" and self.plan.restarts.restarts_on(EndReason.PREEMPTED):
+                self.preempted = True
+                self.rdv.write_abort(AbortRecord(
+                    kind=AbortKind.FAILED, by=BY, end=EndReason.PREEMPTED,
+                    reason="preempted: the job's controller received SIGTERM"))
+            else:
+                reason = "interrupted (%s)" % ("Ctrl-C" if name == "SIGINT" else name)
+                self.rdv.write_abort(AbortRecord(kind=AbortKind.CANCELLED, reason=reason,
+                                                 by=BY, end=EndReason.CANCELLED))
             sys.stderr.write("mxbatch: received %s: stopping the job\n" % name)
         elif not self._terminated:  # a second Ctrl-C: do not wait for the grace period
             self._terminated = True
@@ -179,14 +214,20 @@ class Controller(abc.ABC):
                 if self.rdv.read_abort() is not None:
                     self._abort_seen = now
             return
-        if not self._terminated and now - self._abort_seen > self.plan.grace_s + STOP_MARGIN_S:
+        patience = self.plan.grace_s + STOP_MARGIN_S
+        abort = self.rdv.read_abort() if self.plan.restarts.enabled else None
+        if abort is not None and abort.end_reason.checkpoints:
+            patience += self.plan.restarts.checkpoint_grace_s  # the workers checkpoint first
+        if not self._terminated and now - self._abort_seen > patience:
             self._terminated = True
             self.terminate()
 
     # ------------------------------------------------------------------ records
-    def lose_tasks(self, tasks: Iterable[TaskInfo], reason: str) -> None:
+    def lose_tasks(self, tasks: Iterable[TaskInfo], reason: str,
+                   end: EndReason = EndReason.FAILURE, hosts: Tuple[str, ...] = ()) -> None:
         """The supervisor of ``tasks`` is gone without their final records: abort the job
-        with ``reason`` (unless it already ended otherwise) and mark them LOST."""
+        with ``reason`` (unless it already ended otherwise; ``end``: why, ``hosts``: the
+        hosts a node failure blames) and mark them LOST."""
         tasks = list(tasks)
         records = self.rdv.read_tasks((t.role, t.rank) for t in tasks)
         unfinished = [records.get((t.role, t.rank)) or TaskRecord(role=t.role, rank=t.rank,
@@ -199,7 +240,8 @@ class Controller(abc.ABC):
             first = unfinished[0]
             self.rdv.write_abort(AbortRecord(kind=AbortKind.FAILED, reason=reason, by=BY,
                                              role=first.role, rank=first.rank,
-                                             log=first.log or None))
+                                             log=first.log or None, end=end,
+                                             hosts=list(hosts)))
         now = time.time()
         for record in unfinished:
             record.state = TaskState.LOST if record.state.active else TaskState.CANCELLED
@@ -263,8 +305,18 @@ class ControlledBackend(Backend[OptionsT, RequestT, ControllerHandle]):
 
     @classmethod
     @abc.abstractmethod
-    def make_controller(cls, plan: RunPlan, config: Dict[str, Any]) -> Controller:
-        """The controller of a job (in the attached CLI or the detached process)."""
+    def make_controller(cls, plan: RunPlan, config: Dict[str, Any],
+                        attempt: Optional[AttemptContext] = None) -> Controller:
+        """The controller of one attempt of a job (attempt 0 by default), in the attached
+        CLI or the detached process."""
+
+    @classmethod
+    def usable(cls, config: Dict[str, Any], plan: RunPlan,
+               excluded: List[str]) -> Optional[str]:
+        """Why the job cannot be relaunched without the hosts ``excluded``; None: it can.
+        Default: it cannot leave hosts out at all."""
+        return (f"the {cls.name} backend cannot relaunch without "
+                f"{', '.join(excluded)}" if excluded else None)
 
     def sweep(self, record: JobRecord, run: RunPlan) -> None:
         """Last resort when the controller did not end cleanly: remove whatever of the
@@ -299,29 +351,25 @@ class ControlledBackend(Backend[OptionsT, RequestT, ControllerHandle]):
         if controller is None:
             raise MxbatchError(f"job {record.job_id} is not attached to this process")
         self._attached = None
-        return controller.run(on_tick)
+        return run_attempts(type(self), controller, self.controller_config_of(record),
+                            on_tick)[1]
+
+    def controller_config_of(self, record: JobRecord) -> Dict[str, Any]:
+        config = read_json(controller_file(record.layout, self.name))
+        if not isinstance(config, dict):
+            raise MxbatchError(f"no controller configuration in {record.run_dir}")
+        return config
 
     # ------------------------------------------------------------------ watching
     def status(self, record: JobRecord) -> JobStatus:
-        plan = load_run_plan(record)
-        rdv = FileRendezvous(record.run_dir)
-        # liveness first, records second: a controller that has ended wrote its final
-        # records before, so they are read complete (never "gone without a record")
-        alive = procs.pid_alive(self.handle_of(record).controller_pid)
-        records = rdv.read_tasks(plan.task_keys())
-        native = {}
-        for key in plan.task_keys():
-            rec = records.get(key)
-            started = rec is not None and rec.state is not TaskState.PENDING
-            native[key] = (NativeState.GONE if not alive
-                           else NativeState.ACTIVE if started else NativeState.QUEUED)
-        return merge(plan, self.name, records, rdv.read_abort(), native)
+        return status_supervised_here(self.name, record, self.handle_of(record).controller_pid)
 
     # ------------------------------------------------------------------ cancelling
     def await_stopped(self, record: JobRecord, handle: ControllerHandle,
                       run: RunPlan) -> None:
         if handle.controller_pid != os.getpid():
-            procs.wait_gone([handle.controller_pid], run.grace_s + STOP_MARGIN_S + 5)
+            procs.wait_gone([handle.controller_pid], run.grace_s + STOP_MARGIN_S + 5
+                            + (run.restarts.checkpoint_grace_s if run.restarts.enabled else 0))
 
     def remove(self, record: JobRecord, handle: ControllerHandle, run: RunPlan) -> None:
         """Stop a controller that is still there (SIGTERM: it cancels the job and cuts
@@ -334,7 +382,9 @@ class ControlledBackend(Backend[OptionsT, RequestT, ControllerHandle]):
         if leftovers:
             procs.kill_all(leftovers, signal.SIGKILL)
             procs.wait_gone(leftovers, 5)
-        records = FileRendezvous(record.run_dir).read_tasks(run.task_keys())
+        attempts = read_attempts(record.layout.attempts_record)
+        index = attempts.current.index if attempts else 0
+        records = FileRendezvous(record.run_dir, index).read_tasks(run.task_keys())
         if any(not r.state.final for r in records.values()) or len(records) < len(run.tasks):
             self.sweep(record, run)
 
@@ -382,13 +432,49 @@ def start_detached(backend: str, plan: JobPlan) -> int:
     return proc.pid
 
 
-def load_controller(backend_cls: Any, run_dir: str) -> Controller:
+def load_controller(backend_cls: Any, run_dir: str) -> Tuple[Controller, Dict[str, Any]]:
+    """The controller of a job's first attempt, and its configuration."""
     layout = RunLayout(run_dir)
     plan = RunPlan.from_json(open(layout.plan).read())
     config = read_json(controller_file(layout, backend_cls.name))
     if not isinstance(config, dict):
         raise MxbatchError(f"no controller configuration in {run_dir}")
-    return backend_cls.make_controller(plan, config)
+    return backend_cls.make_controller(plan, config), config
+
+
+def run_attempts(backend_cls: Any, first: Controller, config: Dict[str, Any],
+                 on_tick: Optional[Callable[[], None]] = None
+                 ) -> Tuple[AttemptsRecord, Optional[str]]:
+    """Run the job attempt after attempt, the first with ``first`` (prepared already),
+    each later one with a new controller (without the excluded hosts); the attempts,
+    and the signal that cancelled the job, if one did."""
+    plan = RunPlan.from_json(open(first.plan.layout.plan).read())
+    cancelled_by: List[str] = []
+
+    def run_attempt(ctx: AttemptContext) -> AttemptEnd:
+        controller = first if ctx.index == 0 else backend_cls.make_controller(plan, config,
+                                                                             ctx)
+        if ctx.index > 0:
+            controller.take_signals()
+            try:
+                controller.prepare()
+            except MxbatchError as exc:
+                controller.abandon()
+                controller.release_signals()
+                return controller.prepare_failed(exc)
+        received = controller.run(on_tick)
+        if received and not controller.preempted and not cancelled_by:
+            cancelled_by.append(received)
+        return controller.attempt_end(file_attempt_end(plan, controller.rdv))
+
+    loop = AttemptLoop(plan, run_attempt, on_tick=on_tick,
+                       usable=lambda excluded: backend_cls.usable(config, plan, excluded))
+    # the handlers nest: the loop's (between attempts) under each controller's; the
+    # first took its own before it prepared (a signal then is kept in it, and acted on)
+    first.release_signals()
+    record = loop.run()
+    signal_name = loop.signal_received or (cancelled_by[0] if cancelled_by else None)
+    return record, signal_name
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -397,9 +483,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     from ..registry import backend_class
 
     backend_name, run_dir = (argv if argv is not None else sys.argv[1:])[:2]
+    backend_cls = backend_class(backend_name)
     controller: Optional[Controller] = None
     try:
-        controller = load_controller(backend_class(backend_name), run_dir)
+        controller, config = load_controller(backend_cls, run_dir)
         controller.prepare()
     except MxbatchError as exc:
         if controller is not None:
@@ -413,10 +500,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                   "exit_code": ExitCode.BACKEND_UNAVAILABLE})
         raise
     _answer({"ok": True})
-    controller.run()
-    records = controller.rdv.read_tasks(controller.plan.task_keys())
-    ok = all(r.state is TaskState.SUCCEEDED for r in records.values())
-    return 0 if ok else 1
+    record, _ = run_attempts(backend_cls, controller, config)
+    return 0 if record.outcome is EndReason.SUCCEEDED else 1
 
 
 def _answer(data: Dict[str, Any]) -> None:

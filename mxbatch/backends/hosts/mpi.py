@@ -48,6 +48,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ...errors import BackendUnavailable
 from ...quoting import shell_words
 from ...runtime import wire
+from ...runtime.jobloop import AttemptContext
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan
 from ...runtime.states import AbortKind, AbortRecord
@@ -105,6 +106,7 @@ class MpiSetup:
     environ_file: str
     task_hosts: Tuple[str, ...]
     start_timeout_s: float = 120.0
+    flavor: str = "openmpi"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +177,8 @@ class MpiBackend(ControlledBackend[MpiOptions, MpiRequest]):
         setup = MpiSetup(argv=tuple(argv), hostfile=hosts_path,
                          hostfile_text="\n".join(lines) + "\n", environ_file=environ,
                          task_hosts=tuple(hosts[i].label for i in dealt),
-                         start_timeout_s=float(self.options.start_timeout))
+                         start_timeout_s=float(self.options.start_timeout),
+                         flavor=flavor.value)
         return MpiRequest(plan=plan, setup=setup, hosts_from=found.source)
 
     def prepare_run_dir(self, request: MpiRequest, layout: RunLayout) -> None:
@@ -183,16 +186,36 @@ class MpiBackend(ControlledBackend[MpiOptions, MpiRequest]):
         setup = request.setup
         with open(setup.hostfile, "w") as handle:
             handle.write(setup.hostfile_text)
-        fd = os.open(setup.environ_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(dict(os.environ), handle)
+        write_environ(setup.environ_file)
 
     def controller_config(self, request: MpiRequest) -> Dict[str, Any]:
         return to_data(request.setup)
 
     @classmethod
-    def make_controller(cls, plan: RunPlan, config: Dict[str, Any]) -> Controller:
-        return MpiController(plan, from_data(MpiSetup, config, strict=False))
+    def make_controller(cls, plan: RunPlan, config: Dict[str, Any],
+                        attempt: Optional[AttemptContext] = None) -> Controller:
+        return MpiController(plan, from_data(MpiSetup, config, strict=False), attempt)
+
+
+def write_environ(path: str) -> None:
+    """This process's environment (the submitter's) for the ranks (mode 0600)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(dict(os.environ), handle)
+
+
+def attempt_argv(setup: MpiSetup, attempt: AttemptContext) -> List[str]:
+    """mpirun's command line for ``attempt``: every rank also gets ``MXBATCH_ATTEMPT``
+    and ``MXBATCH_RESTART_REASON`` (mpirun passes only what it is told to)."""
+    argv = list(setup.argv)
+    if attempt.index == 0:
+        return argv
+    values = ((wire.ATTEMPT, str(attempt.index)), (wire.RESTART_REASON, attempt.reason_name))
+    if setup.flavor == MpiFlavor.MPICH.value:
+        extra = [token for name, value in values for token in ("-genv", name, value)]
+    else:
+        extra = [token for name, value in values for token in ("-x", f"{name}={value}")]
+    return argv[:3] + extra + argv[3:]  # after "mpirun -n N"
 
 
 def _remove_quietly(path: str) -> None:
@@ -240,10 +263,11 @@ class MpiController(Controller):
     """Runs mpirun, waits until every rank's agent started, and watches mpirun until it
     ends (see the module docstring)."""
 
-    def __init__(self, plan: RunPlan, setup: MpiSetup) -> None:
-        super().__init__(plan)
+    def __init__(self, plan: RunPlan, setup: MpiSetup,
+                 attempt: Optional[AttemptContext] = None) -> None:
+        super().__init__(plan, attempt)
         self.setup = setup
-        self.log_path = plan.layout.mpirun_log
+        self.log_path = self.layout.mpirun_log
         self.proc: Optional[subprocess.Popen] = None
         self._kill_at: Optional[float] = None
 
@@ -254,9 +278,13 @@ class MpiController(Controller):
                     or records[(t.role, t.rank)].supervisor_pid is None)]
 
     def prepare(self) -> None:
+        if self.attempt.index > 0:  # attempt 0's was written at submission, then removed
+            _remove_quietly(self.setup.environ_file)
+            write_environ(self.setup.environ_file)
+        os.makedirs(self.layout.logs_dir, mode=0o700, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                list(self.setup.argv), stdin=subprocess.DEVNULL, stdout=log,
+                attempt_argv(self.setup, self.attempt), stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
                 env={**os.environ, wire.JOB_ID: self.plan.job_id},
                 preexec_fn=die_with_parent)

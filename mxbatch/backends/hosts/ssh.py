@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ...errors import BackendUnavailable, SpecError
 from ...quoting import quote, shell_words
 from ...runtime import wire
+from ...runtime.jobloop import AttemptContext
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan
 from ...runtime.remote import BOOTSTRAP
@@ -37,7 +38,7 @@ from ..base import RenderedItem
 from ..records import JobRecord
 from . import hostfile, placement
 from .controller import ControlledBackend, ControlledRequest, Controller, controller_file
-from .sshcontrol import HostPlan, SshController, SshSetup
+from .sshcontrol import HostPlan, SshController, SshSetup, place_hosts
 from .starters import remote_command
 
 #: the environment variable that names an ssh configuration file when the spec does not
@@ -116,6 +117,11 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
     abort_poll_s = 0.5  # a call relayed to a local file: cheap
 
     # ------------------------------------------------------------------ checks
+    def workdir_is_here(self) -> bool:
+        """Only with ``sync_dst_dir``: the roles then run in a copy of this workdir; else
+        in the hosts' own directory of that name."""
+        return bool(self.options.sync_dst_dir)
+
     def _config(self, plan: JobPlan) -> Optional[str]:
         """The ssh configuration file: the option (relative to the spec file), else
         ``$MXBATCH_SSH_CONFIG``, else none (ssh's own)."""
@@ -165,22 +171,21 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
         remote = remote_command(plan.job_id, self.options.python)
         sync = self.options.sync_dst_dir
         config = self._config(plan)
-        plans = []
+        plans, spare = [], []
         for index, host in enumerate(hosts):
             tasks = tuple(t for t, h in enumerate(dealt) if h == index)
-            if not tasks:
-                continue  # more hosts than tasks
             base = self.ssh_base(host, config)
             rsync: Tuple[str, ...] = ()
             if sync:
                 rsync = ("rsync", "-az", "-e", shell_words(base),
                          str(plan.spec.workdir) + "/", f"{host.name}:{sync.rstrip('/')}/")
-            plans.append(HostPlan(host=host.label, tasks=tasks,
-                                  ssh=tuple(base + ["--", host.name]), remote=remote,
-                                  rsync=rsync))
+            # more hosts than tasks: the others are spare (a relaunch may need them)
+            (plans if tasks else spare).append(
+                HostPlan(host=host.label, tasks=tasks, ssh=tuple(base + ["--", host.name]),
+                         remote=remote, rsync=rsync, slots=host.slots))
         setup = SshSetup(hosts=tuple(plans), python=self.options.python,
                          connect_timeout_s=float(self.options.connect_timeout),
-                         sync_dst_dir=sync)
+                         sync_dst_dir=sync, spare=tuple(spare))
         return SshRequest(plan=plan, setup=setup, hosts_from=found.source)
 
     # ------------------------------------------------------------------ controller
@@ -188,8 +193,19 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
         return to_data(request.setup)
 
     @classmethod
-    def make_controller(cls, plan: RunPlan, config: Dict[str, Any]) -> Controller:
-        return SshController.from_config(plan, config)
+    def make_controller(cls, plan: RunPlan, config: Dict[str, Any],
+                        attempt: Optional[AttemptContext] = None) -> Controller:
+        return SshController.from_config(plan, config, attempt)
+
+    @classmethod
+    def usable(cls, config: Dict[str, Any], plan: RunPlan,
+               excluded: List[str]) -> Optional[str]:
+        """The other hosts of the hostfile must hold every task."""
+        try:
+            place_hosts(from_data(SshSetup, config, strict=False), excluded, len(plan.tasks))
+        except ValueError as exc:
+            return f"without {', '.join(excluded)}: {exc}"
+        return None
 
     def sweep(self, record: JobRecord, run: RunPlan) -> None:
         """Kill whatever of the job is left on each host (by its MXBATCH_JOB_ID)."""
@@ -200,7 +216,7 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
         command = f"exec {quote(setup.python)} -c {quote(SWEEP)} {quote(record.job_id)}"
         running = [subprocess.Popen([*host.ssh, command], stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                   for host in setup.hosts]
+                   for host in setup.every_host]
         deadline = time.monotonic() + setup.connect_timeout_s + 10
         for proc in running:
             try:

@@ -18,6 +18,11 @@ error that names the host: unreachable, unknown host key, refused key, no python
 python3 too old, missing working directory); with ``sync_dst_dir`` it then copies the
 working directory to every host with rsync. Only then does ``start`` let the roles
 start, on every host together.
+
+Each attempt of the job has a controller of its own: new sessions, the tasks placed
+(``place_hosts``) on the hosts of the hostfile less those excluded after a node
+failure (a session lost: ``node_failure`` naming the host; a relaunch whose host does
+not answer: the same), with the attempt's records and logs.
 """
 
 from __future__ import annotations
@@ -29,17 +34,23 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ...runtime import wire
+from ...errors import MxbatchError
+from ...runtime import osbytes, wire
+from ...runtime.attempts import AttemptEnd
 from ...runtime.channel import Channel, ChannelClosed, Message, decode_bytes
 from ...runtime.channelrdv import serve_call
+from ...runtime.jobloop import AttemptContext
+from ...runtime.logfile import TaskLog
 from ...runtime.planfile import RunPlan
 from ...runtime.remote import VERSION_EXIT, zipapp_header
 from ...runtime.rendezvous import TaskKey
 from ...runtime.roles import Role
+from ...runtime.states import EndReason
 from ...runtime.wire import TYPE_KEY, MessageType
 from ...spec.typed import from_data
+from . import hostfile
 from .controller import Controller, die_with_parent, unavailable
 from .starters import StarterKind, describe_start_failure
 
@@ -61,17 +72,42 @@ class HostPlan:
     ssh: Tuple[str, ...]
     remote: str
     rsync: Tuple[str, ...] = ()
+    #: the hostfile's slots=N of the host (None: any number of tasks)
+    slots: Optional[int] = None
     starter: StarterKind = StarterKind.SSH
 
 
 @dataclasses.dataclass(frozen=True)
 class SshSetup:
-    """The controller's configuration (``controller.json`` in the run directory)."""
+    """The controller's configuration (``controller.json`` in the run directory):
+    ``hosts`` with the first attempt's tasks, ``spare`` the hostfile's other hosts (no
+    task in the first attempt: a relaunch may use them)."""
 
     hosts: Tuple[HostPlan, ...]
     python: str = "python3"
     connect_timeout_s: float = 10.0
     sync_dst_dir: Optional[str] = None
+    spare: Tuple[HostPlan, ...] = ()
+
+    @property
+    def every_host(self) -> Tuple[HostPlan, ...]:
+        """Every host of the hostfile, in its order."""
+        return self.hosts + self.spare
+
+
+def place_hosts(setup: SshSetup, excluded: Sequence[str], tasks: int) -> List[HostPlan]:
+    """The hosts of an attempt that leaves ``excluded`` out, each with its tasks
+    (round-robin from the first, ``slots`` honoured, as ``hostfile.place``); ValueError
+    when the others cannot hold every task."""
+    if not excluded:
+        return list(setup.hosts)
+    pool = [h for h in setup.every_host if h.host not in excluded]
+    if not pool:
+        raise ValueError("no host is left")
+    placement = hostfile.place(pool, tasks)
+    placed = [dataclasses.replace(h, tasks=tuple(t for t, i in enumerate(placement) if i == n))
+              for n, h in enumerate(pool)]
+    return [h for h in placed if h.tasks]
 
 
 def describe_failure(code: Optional[int], stderr: str, python: str) -> str:
@@ -178,17 +214,19 @@ class SshController(Controller):
     """See the module docstring."""
 
     def __init__(self, plan: RunPlan, setup: SshSetup,
-                 environ: Optional[Dict[str, str]] = None) -> None:
-        super().__init__(plan)
+                 environ: Optional[Dict[str, str]] = None,
+                 attempt: Optional[AttemptContext] = None) -> None:
+        super().__init__(plan, attempt)
         self.setup = setup
         self.environ = dict(os.environ if environ is None else environ)
-        self.layout = plan.layout
+        self.hosts = place_hosts(setup, self.attempt.excluded, len(plan.tasks))
         self.links: List[HostLink] = []
-        self._logs: Dict[TaskKey, int] = {}
+        self._logs: Dict[TaskKey, TaskLog] = {}
 
     @classmethod
-    def from_config(cls, plan: RunPlan, config: Dict[str, Any]) -> "SshController":
-        return cls(plan, from_data(SshSetup, config, strict=False))
+    def from_config(cls, plan: RunPlan, config: Dict[str, Any],
+                    attempt: Optional[AttemptContext] = None) -> "SshController":
+        return cls(plan, from_data(SshSetup, config, strict=False), attempt=attempt)
 
     # ------------------------------------------------------------------ preparing
     def _setup_message(self, host: HostPlan) -> Message:
@@ -197,12 +235,14 @@ class SshController(Controller):
                                                                           workdir=sync)
         return {TYPE_KEY: MessageType.SETUP, "plan": remote_plan.to_json(), "env": self.environ,
                 "tasks": list(host.tasks), "host": host.host,
-                "check_workdir": sync is None, "make_dirs": [sync] if sync else []}
+                "check_workdir": sync is None, "make_dirs": [sync] if sync else [],
+                "attempt": self.attempt.index, "restart_reason": self.attempt.reason_name}
 
     def prepare(self) -> None:
         pyz = Path(self.layout.runtime).read_bytes()
         env = {**self.environ, wire.JOB_ID: self.plan.job_id}
-        for host in self.setup.hosts:
+        os.makedirs(self.layout.logs_dir, mode=0o700, exist_ok=True)
+        for host in self.hosts:
             link = HostLink(host, env, self.layout.ssh_log(host.host))
             self.links.append(link)
             try:
@@ -231,7 +271,7 @@ class SshController(Controller):
                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                            env=env, start_new_session=True,
                                            preexec_fn=die_with_parent))
-                   for host in self.setup.hosts]
+                   for host in self.hosts]
         deadline = time.monotonic() + max(60.0, self.plan.startup_timeout_s)
         problems = []
         for host, proc in running:
@@ -256,7 +296,8 @@ class SshController(Controller):
                 starter = link.plan.starter
                 self.lose_tasks([self.plan.tasks[i] for i in link.plan.tasks],
                                 f"host {link.host}: its {starter.value} session ended before the "
-                                f"job started ({starter.value} exited with {link.exit_code})")
+                                f"job started ({starter.value} exited with {link.exit_code})",
+                                EndReason.NODE_FAILURE, (link.host,))
                 continue
             link.running = True
             try:
@@ -300,8 +341,8 @@ class SshController(Controller):
     def close(self) -> None:
         for link in self.links:
             link.close()
-        for fd in self._logs.values():
-            os.close(fd)
+        for log in self._logs.values():
+            log.close()
         self._logs.clear()
 
     # ------------------------------------------------------------------ the relay
@@ -347,7 +388,8 @@ class SshController(Controller):
                 value = serve_call(self.rdv, str(message.get("m")), message.get("a"),
                                    adapt_task=self._local_log)
             except (ValueError, TypeError, KeyError) as exc:
-                os.write(link.log, f"mxbatch controller: bad call {message!r}: {exc}\n".encode())
+                os.write(link.log, osbytes.encode(
+                    f"mxbatch controller: bad call {message!r}: {exc}\n"))
                 value = None
             if "id" in message:
                 link.channel.send({TYPE_KEY: MessageType.RET, "id": message["id"], "v": value})
@@ -369,12 +411,11 @@ class SshController(Controller):
 
     def _append_log(self, role: Role, rank: int, data: bytes) -> None:
         key = (role, rank)
-        fd = self._logs.get(key)
-        if fd is None:
-            fd = os.open(self.layout.task_log(role.value, rank),
-                         os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            self._logs[key] = fd
-        os.write(fd, data)
+        log = self._logs.get(key)
+        if log is None:
+            log = self._logs[key] = TaskLog(self.layout.task_log(role.value, rank),
+                                            self.layout.task_log_times(role.value, rank))
+        log.write(data)
 
     def _ended(self, link: HostLink) -> None:
         """The ssh process of ``link`` has exited: take what it left, then judge."""
@@ -392,6 +433,7 @@ class SshController(Controller):
                             else lambda *a: describe_start_failure(link.plan.starter, *a))
                 link.problem = describe(link.exit_code, link.stderr_text(), self.setup.python)
             return
+        tasks = [self.plan.tasks[i] for i in link.plan.tasks]
         if link.bye is None:
             lines = [x for x in link.stderr_text().splitlines() if x.strip()]
             starter = link.plan.starter
@@ -399,9 +441,26 @@ class SshController(Controller):
                 f": {lines[-1].strip()}" if lines else "")
             reason = (f"host {link.host}: the {starter.session} to its agent was lost "
                       f"({detail})")
+            self.lose_tasks(tasks, reason, EndReason.NODE_FAILURE, (link.host,))
         else:
             reason = (f"host {link.host}: its agent ended (exit {link.bye}) without the "
                       f"final records of its tasks")
-        self.lose_tasks([self.plan.tasks[i] for i in link.plan.tasks], reason)
+            self.lose_tasks(tasks, reason)
+
+    # ------------------------------------------------------------------ attempts
+    def prepare_failed(self, error: MxbatchError) -> AttemptEnd:
+        """A relaunch whose hosts did not all answer: a node failure of those hosts."""
+        failed = tuple(link.host for link in self.links if link.problem)
+        detail = error.message.replace("\n", " ")
+        if failed:
+            return AttemptEnd(EndReason.NODE_FAILURE, detail=detail, hosts=failed)
+        return AttemptEnd(EndReason.FAILURE, detail=detail)
+
+    def attempt_end(self, end: AttemptEnd) -> AttemptEnd:
+        """Hosts named by their own host name (a lost task's record) as the hostfile
+        names them (what ``place_hosts`` leaves out)."""
+        names = {str((link.hello or {}).get("hostname")): link.host for link in self.links}
+        hosts = tuple(names.get(h, h) for h in end.hosts)
+        return dataclasses.replace(end, hosts=hosts) if hosts != end.hosts else end
 
 

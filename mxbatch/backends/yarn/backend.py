@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ...errors import BackendUnavailable, MxbatchError, SubmissionRejected
+from ...runtime import osbytes
 from ...runtime.layout import RunLayout, task_log_name
 from ...runtime.planfile import RunPlan
 from ...runtime.rendezvous import Rendezvous
@@ -111,6 +112,11 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
     handle_class = YarnHandle
     options: YarnOptions
 
+    def workdir_is_here(self) -> bool:
+        """With ``ship_workdir`` the containers get a copy of this workdir; else they
+        use the path on their nodes."""
+        return bool(self.options.ship_workdir)
+
     def __init__(self, options: Optional[YarnOptions] = None) -> None:
         super().__init__(options)
         self._jobs: Dict[str, YarnJob] = {}
@@ -118,6 +124,9 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
     # ------------------------------------------------------------------ checks
     def check(self, plan: JobPlan) -> None:
         options = self.options
+        if plan.run.restarts.enabled:
+            raise plan.spec.error(("restarts", "max"), "the YARN backend does not relaunch "
+                                  "jobs yet", "set restarts.max: 0 (see docs/long-jobs.md)")
         if not options.queue.strip():
             raise plan.spec.error(("backends", "yarn", "queue"), "must not be empty")
         if options.rm_url and not options.rm_url.startswith(("http://", "https://")):
@@ -194,7 +203,7 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
         (target / appspec.PLAN_FILE).write_text(request.container_plan)
         env = target / appspec.ENV_FILE
         env.touch(mode=0o600)
-        env.write_text(request.env_file)
+        env.write_bytes(osbytes.encode(request.env_file))  # values as the OS gave them
         (target / "skein.json").write_text(json.dumps(request.application, indent=1))
 
     def launch(self, request: YarnRequest, layout: RunLayout, rollback: Rollback) -> YarnHandle:
@@ -307,12 +316,14 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
                                f"cluster admins (yarn application -status {job.app_id})")
 
     # ------------------------------------------------------------------ logs
-    def log_reader(self, record: JobRecord, role: Role, rank: int) -> Optional[LogReader]:
+    def log_reader(self, record: JobRecord, role: Role, rank: int,
+                   attempt: int = 0) -> Optional[LogReader]:
         job = self._job(record)
         return LogFollower(lambda: job.containers().get((role, rank)),
                            task_log_name(role.value, rank))
 
-    def logs(self, record: JobRecord, role: Role, rank: int) -> Iterator[str]:
+    def logs(self, record: JobRecord, role: Role, rank: int,
+             attempt: int = 0) -> Iterator[str]:
         job = self._job(record)
         container = job.containers().get((role, rank))
         data = (fetch(container, task_log_name(role.value, rank))
@@ -322,7 +333,7 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
                      if container else "no container seen by mxbatch")
             raise MxbatchError(f"no log of {role.value}[{rank}] from YARN ({where}); with "
                                f"log aggregation: yarn logs -applicationId {job.app_id}")
-        yield from data.decode(errors="replace").splitlines(keepends=True)
+        yield from osbytes.decode(data).splitlines(keepends=True)
 
 
 def _running(job: YarnJob) -> bool:

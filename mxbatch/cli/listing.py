@@ -1,0 +1,95 @@
+"""The ``list`` and ``clean`` commands: submitted jobs at a glance, and removing old
+ones. Formatting only; the work is in ``jobs.overview`` and ``jobs.clean``."""
+
+from __future__ import annotations
+
+import time
+from typing import List, Optional
+
+import click
+
+from ..backends import records
+from ..jobs.clean import clean
+from ..jobs.overview import JobSummary, StateFilter, select
+from . import jsonout
+from .params import BackendName, Duration, RegistryHelpOption
+from .progress import clock
+
+_STATES = click.Choice([s.value for s in StateFilter], case_sensitive=False)
+
+
+def _row(summary: JobSummary, now: float) -> dict:
+    record = summary.record
+    return {"job_id": record.job_id, "backend": record.backend, "state": summary.state_text,
+            "submitted_at": record.submitted_at,
+            "ended_at": summary.ended_at if summary.ended else None,
+            "duration_s": round(summary.duration_s(now), 1), "run_dir": record.run_dir}
+
+
+def _table(rows: List[List[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
+                   + "\n" for row in rows)
+
+
+@click.command(name="list")
+@click.option("--state", type=_STATES, default=None,
+              help="Only jobs in this state (ended: succeeded, failed or cancelled; "
+                   "unknown: the state cannot be read).")
+@click.option("--backend", "-b", type=BackendName(), default=None, cls=RegistryHelpOption,
+              help="Only jobs of this backend: {backends}.")
+@click.option("-n", "--last", type=click.IntRange(min=1), default=None,
+              help="Only the newest N jobs (of those the filters select).")
+@click.option("--json", "as_json", is_flag=True,
+              help=jsonout.OPTION_HELP)
+def list_command(state: Optional[str], backend: Optional[str], last: Optional[int],
+                 as_json: bool) -> None:
+    """List submitted jobs, newest first: state, submission time, duration."""
+    now = time.time()
+    chosen = select(records.all_records(), backend=backend,
+                    state=StateFilter(state.lower()) if state else None, last=last, now=now)
+    summaries = list(chosen)
+    if as_json:
+        click.echo(jsonout.dumps([jsonout.document(_row(s, now)) for s in summaries]))
+        return
+    rows = [["JOB", "BACKEND", "STATE", "SUBMITTED", "DURATION"]]
+    for summary in summaries:
+        submitted = time.strftime("%Y-%m-%d %H:%M:%S",
+                                  time.localtime(summary.record.submitted_at))
+        duration = clock(summary.duration_s(now)) + ("" if summary.ended else "+")
+        rows.append([summary.record.job_id, summary.record.backend, summary.state_text,
+                     submitted, duration])
+    click.echo(_table(rows), nl=False)
+
+
+@click.command(name="clean")
+@click.option("--older-than", "older_than", type=Duration(), default="7d", show_default=True,
+              help="Only jobs that ended at least this long ago (12h, 7d...).")
+@click.option("--state", type=click.Choice(["ended", "succeeded", "failed", "cancelled",
+                                            "unknown"], case_sensitive=False),
+              default="ended", show_default=True,
+              help="Which jobs: ended (succeeded, failed or cancelled), one of those, or "
+                   "unknown (the state cannot be read, e.g. the run directory is gone).")
+@click.option("--backend", "-b", type=BackendName(), default=None, cls=RegistryHelpOption,
+              help="Only jobs of this backend: {backends}.")
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+@click.option("--json", "as_json", is_flag=True, help=jsonout.OPTION_HELP)
+def clean_command(older_than: float, state: str, backend: Optional[str], dry_run: bool,
+                  as_json: bool) -> None:
+    """Remove the run directories and records of old ended jobs (never a running one)."""
+    chosen = select(records.all_records(), backend=backend,
+                    state=StateFilter(state.lower()), older_than_s=older_than)
+    results = [clean(summary, dry_run=dry_run) for summary in chosen]
+    if as_json:
+        click.echo(jsonout.dumps(jsonout.document(
+            {"dry_run": dry_run, "jobs": [r.to_dict() for r in results]})))
+        return
+    verb = "would remove" if dry_run else "removed"
+    for result in results:
+        if result.problem:
+            click.echo(f"mxbatch: {result.job_id}: {result.problem}", err=True)
+        else:
+            what = result.run_dir or "(no run directory)"
+            click.echo(f"{verb} {result.job_id}: {what}")
+    done = sum(1 for r in results if not r.problem)
+    click.echo(f"mxbatch: {verb} {done} job{'s' if done != 1 else ''}", err=True)

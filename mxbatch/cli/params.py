@@ -1,0 +1,91 @@
+"""Parameter types and options the commands share.
+
+- ``Duration``: every time flag (``wait --timeout``, ``doctor --probe-timeout``...) takes
+  a duration as the spec does (``90``, ``30s``, ``10m``, ``1h30m``); ``nan``, ``inf``,
+  zero and negative values are usage errors (exit 2).
+- ``BackendName``: a backend of the registry (built-in or plugin), with a "did you
+  mean" for a typo; its help and completion list the registry's names, looked up when
+  shown, not when mxbatch is imported.
+- ``RegistryHelpOption``: an option whose help text names the registry's backends
+  (``{backends}`` in the text), so no help lists them by hand.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, List, Optional
+
+import click
+from click.shell_completion import CompletionItem
+
+from ..spec.units import parse_duration
+
+
+class Duration(click.ParamType):
+    """Seconds from a duration (see the module docstring)."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: Optional[click.Parameter],
+                ctx: Optional[click.Context]) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def backend_list() -> str:
+    """``local, mpi, sge, slurm, ssh, yarn`` (plugins included), from the registry."""
+    from ..backends.registry import names
+
+    return ", ".join(names())
+
+
+class BackendName(click.ParamType):
+    """A registered backend's name."""
+
+    name = "backend"
+
+    def convert(self, value: Any, param: Optional[click.Parameter],
+                ctx: Optional[click.Context]) -> str:
+        from ..backends.registry import names
+
+        known = names()
+        if value in known:
+            return value
+        close = difflib.get_close_matches(str(value), known, n=1, cutoff=0.5)
+        self.fail(f"unknown backend {value!r} "
+                  + (f"(did you mean {close[0]!r}?)" if close
+                     else f"(backends: {', '.join(known)})"), param, ctx)
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter,
+                       incomplete: str) -> List[CompletionItem]:
+        from ..backends.registry import names
+
+        return [CompletionItem(name) for name in names() if name.startswith(incomplete)]
+
+
+class RegistryHelpOption(click.Option):
+    """A ``click.Option`` whose help may say ``{backends}``: the registry's names, filled
+    in whenever the help is read (``--help``, the generated CLI reference)."""
+
+    @property  # type: ignore[override]
+    def help(self) -> Optional[str]:
+        template = self.__dict__.get("_help_template")
+        if template is None or "{backends}" not in template:
+            return template
+        return template.replace("{backends}", backend_list())
+
+    @help.setter
+    def help(self, value: Optional[str]) -> None:
+        self.__dict__["_help_template"] = value
+
+
+def backend_option(default_text: str) -> Any:
+    """``--backend/-b NAME``, its help listing the registry's backends."""
+    return click.option("--backend", "-b", default=None, type=BackendName(),
+                        cls=RegistryHelpOption,
+                        help="Where to run: {backends} (plugins included; default: "
+                             f"{default_text}).")

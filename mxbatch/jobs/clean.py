@@ -1,0 +1,51 @@
+"""``mxbatch clean``: remove the run directories and records of old, ended jobs.
+
+Only a job that has ended (or whose state cannot be read, when asked for) is removed:
+a pending or running job never is, whatever the filters say. The run directory is
+removed only when it is the job's own (its name is the job id, and it is no symbolic
+link); the record last, so that a failure leaves the job listed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from ..backends import records
+from .overview import JobSummary
+
+
+@dataclasses.dataclass(frozen=True)
+class Cleaned:
+    """What ``clean`` did to one job: the run directory it removed (None: there was
+    none) and whether it removed the record; ``problem``: why it stopped."""
+
+    job_id: str
+    run_dir: Optional[str]
+    record_removed: bool
+    problem: str = ""
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def clean(summary: JobSummary, dry_run: bool = False) -> Cleaned:
+    """Remove ``summary``'s job (see the module docstring); ``dry_run``: say what would
+    go and remove nothing."""
+    record = summary.record
+    if summary.state is not None and not summary.ended:
+        return Cleaned(record.job_id, None, False, f"not removed: it is {summary.state_text}")
+    run_dir = Path(record.run_dir)
+    own = run_dir.name == record.job_id and run_dir.is_dir() and not run_dir.is_symlink()
+    if dry_run:
+        return Cleaned(record.job_id, str(run_dir) if own else None, True)
+    if own:
+        try:
+            shutil.rmtree(run_dir)
+        except OSError as exc:
+            return Cleaned(record.job_id, None, False,
+                           f"cannot remove {run_dir}: {exc.strerror or exc}")
+    records.delete(record.job_id)
+    return Cleaned(record.job_id, str(run_dir) if own else None, True)

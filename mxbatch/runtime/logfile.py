@@ -1,0 +1,90 @@
+"""A task's log file and its time index: when each part of the log arrived.
+
+``TaskLog`` appends a role's output (and supervisor notes) to ``logs/<role>-<rank>.log``
+and, next to it, one line ``<byte offset> <epoch seconds>`` to
+``logs/<role>-<rank>.times`` whenever a write starts at least ``RESOLUTION_S`` after the
+last indexed one: the bytes from that offset on arrived at that time (until the next
+line). ``mxbatch logs --timestamps`` reads it (``read_index``, ``time_at``); a log
+without an index (written by an older mxbatch) has no times. The writer is whoever
+keeps the log: the task's supervisor, or the ssh controller relaying a host's output.
+Standard library only.
+"""
+
+import bisect
+import os
+import time
+from typing import List, Optional, Tuple
+
+#: writes closer together than this share one index line
+RESOLUTION_S = 0.05
+
+Index = List[Tuple[int, float]]
+
+
+class TaskLog:
+    """Appends to one task's log and its time index (opened on the first write)."""
+
+    def __init__(self, path: str, times_path: str) -> None:
+        self.path = path
+        self.times_path = times_path
+        self._fd: Optional[int] = None
+        self._times_fd: Optional[int] = None
+        self._size = 0
+        self._indexed_at = float("-inf")
+
+    def write(self, data: bytes, at: Optional[float] = None) -> None:
+        if not data:
+            return
+        if self._fd is None:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            self._size = os.fstat(self._fd).st_size
+        at = time.time() if at is None else at
+        if at - self._indexed_at >= RESOLUTION_S:
+            self._index(self._size, at)
+        os.write(self._fd, data)
+        self._size += len(data)
+
+    def _index(self, offset: int, at: float) -> None:
+        try:
+            if self._times_fd is None:
+                self._times_fd = os.open(self.times_path,
+                                         os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            os.write(self._times_fd, ("%d %.3f\n" % (offset, at)).encode())
+            self._indexed_at = at
+        except OSError:  # the index is a convenience: never lose output over it
+            pass
+
+    def close(self) -> None:
+        for fd in (self._fd, self._times_fd):
+            if fd is not None:
+                os.close(fd)
+        self._fd = self._times_fd = None
+
+
+def parse_index(text: str) -> Index:
+    """The ``(offset, time)`` lines of an index, in order (bad lines skipped)."""
+    index = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit():
+            try:
+                index.append((int(parts[0]), float(parts[1])))
+            except ValueError:
+                continue
+    return index
+
+
+def read_index(times_path: str) -> Index:
+    """The index at ``times_path``; empty when there is none."""
+    try:
+        with open(times_path) as handle:
+            return parse_index(handle.read())
+    except OSError:
+        return []
+
+
+def time_at(index: Index, offset: int) -> Optional[float]:
+    """When the byte at ``offset`` of the log arrived; None before the first entry."""
+    position = bisect.bisect_right(index, (offset, float("inf"))) - 1
+    return index[position][1] if position >= 0 else None

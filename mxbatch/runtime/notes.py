@@ -1,0 +1,41 @@
+"""Supervisor notes: the lines a supervisor adds to its task's log, among the role's
+own output, and the one place their format is spelled.
+
+A note is ``mxbatch supervisor <role>[<rank>]: <message>``; a teardown note (the job is
+being stopped because of another task) has the message ``stopping: <reason>``.
+Readers use ``is_note`` and ``is_teardown`` to tell them from the role's output (the
+failure summary quotes the role's own last lines; streamed logs show a failing task's
+output before the teardown notes of the others). Standard library only.
+"""
+
+from typing import Optional
+
+PREFIX = "mxbatch supervisor "
+STOPPING = "stopping: "
+
+
+def note(label: str, message: str) -> str:
+    """The note line (with its newline) of task ``label``."""
+    return "%s%s: %s\n" % (PREFIX, label, message)
+
+
+def is_note(line: str) -> bool:
+    """Whether ``line`` (a log line, prefixed or not by ``role[rank] | ``) is a note."""
+    return _after_prefix(line) is not None
+
+
+def is_teardown(line: str) -> bool:
+    """Whether ``line`` is a teardown note (``stopping: ...``)."""
+    rest = _after_prefix(line)
+    return rest is not None and rest.startswith(STOPPING)
+
+
+def _after_prefix(line: str) -> Optional[str]:
+    """The message of a note line (``None`` if it is none)."""
+    start = line.find(PREFIX)
+    if start < 0 or start > 80:
+        return None
+    label, sep, message = line[start + len(PREFIX):].partition(": ")
+    if not sep or not label.endswith("]") or "[" not in label:
+        return None
+    return message

@@ -1,0 +1,98 @@
+"""Who listens on a port (``runtime.listeners``) and which ports look free
+(``runtime.net``), on real sockets of this machine: the scheduler's readiness must be
+its own socket, never whatever else accepts on its address."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from mxbatch.runtime import listeners, net, procstat
+from mxbatch.runtime.listeners import Holder
+
+from .conftest import time_wait_port, wait_for
+
+
+def _listener(ip: str = "127.0.0.1", family: int = socket.AF_INET) -> socket.socket:
+    sock = socket.socket(family)
+    sock.bind((ip, 0))
+    sock.listen(1)
+    return sock
+
+
+def _own() -> set:
+    return {os.getpid()}
+
+
+def test_a_socket_of_the_role_is_the_role_s():
+    with _listener() as sock:
+        port = sock.getsockname()[1]
+        state = listeners.port_state("127.0.0.1", port, _own, os.getpid())
+        assert state.holder is Holder.ROLE
+        assert [s.port for s in state.sockets] == [port]
+
+
+def test_nobody_listens_on_a_free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # bound, not listening
+        port = sock.getsockname()[1]
+        assert listeners.port_state("127.0.0.1", port, _own, os.getpid()).holder \
+            is Holder.NOBODY
+
+
+@pytest.mark.parametrize("bind_ip", ["", "127.0.0.1"])
+def test_another_process_s_listener_is_foreign_and_named(bind_ip):
+    code = ("import socket, sys; s = socket.socket(); s.bind((%r, 0)); s.listen(1); "
+            "print(s.getsockname()[1], flush=True); sys.stdin.read()" % bind_ip)
+    proc = subprocess.Popen([sys.executable, "-c", code],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline())
+        state = listeners.port_state("127.0.0.1", port, _own, os.getpid())
+        assert state.holder is Holder.OTHER
+        assert f"pid {proc.pid} (" in listeners.describe_holders(state.sockets)
+        # the role's processes: a child in its process group holds the socket
+        assert listeners.port_state("127.0.0.1", port, lambda: {proc.pid},
+                                    os.getpid()).holder is Holder.ROLE
+    finally:
+        proc.stdin.close()
+        proc.wait(10)
+
+
+def test_a_listener_on_another_address_is_not_reached():
+    with _listener("127.0.0.1") as sock:
+        port = sock.getsockname()[1]
+        assert listeners.port_state("127.0.0.2", port, tuple, os.getpid()).holder \
+            is Holder.NOBODY
+
+
+def test_an_ipv6_wildcard_listener_reaches_ipv4_addresses():
+    try:
+        sock = _listener("::", socket.AF_INET6)
+    except OSError:
+        pytest.skip("no IPv6 here")
+    with sock:
+        port = sock.getsockname()[1]
+        state = listeners.port_state("127.0.0.1", port, tuple, os.getpid())
+        assert state.holder is Holder.OTHER and state.sockets[0].ip == "::"
+
+
+def test_a_role_s_processes_are_its_group_and_its_descendants():
+    proc = subprocess.Popen(["sh", "-c", "sleep 30 & wait"], start_new_session=True)
+    try:
+        wait_for(lambda: len(procstat.members(proc.pid)) >= 2, 10, "the shell's child")
+        found = procstat.members(proc.pid)
+        assert proc.pid in found and os.getpid() not in found
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+
+
+def test_a_port_left_in_time_wait_looks_free_and_a_listened_one_does_not():
+    assert net.port_is_free("", time_wait_port())
+    with _listener("") as sock:
+        assert not net.port_is_free("", sock.getsockname()[1])

@@ -1,0 +1,87 @@
+"""Restarts on the real SGE test cell with stand-in roles (tests/fakerole.py): a job
+preempted through the scheduler (``qmod -rj`` of its worker array: SGE warns the tasks
+with SIGUSR2, -notify, and reschedules them, -r y) relaunches as attempt 1 and finishes,
+through both submitters; nothing of attempt 0 is left queued or running."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from .clusterjobs import fake_spec, run_dir_of, wait_queue_empty
+from .conftest import Cli, assert_no_processes, cluster_environment, wait_for
+from .hostjobs import records
+
+pytestmark = [pytest.mark.sge]
+
+
+@pytest.fixture
+def sge(home) -> Cli:
+    return Cli(home, cluster_environment("sge"))
+
+
+def queued_ids(cli: Cli, ids) -> list:
+    out = subprocess.run(["qstat", "-u", "*"], capture_output=True, text=True, env=cli.env,
+                         check=True).stdout
+    return [line for line in out.splitlines() if line.split()[:1] and line.split()[0] in ids]
+
+
+@pytest.mark.parametrize("submitter", ["qsub", "drmaa"])
+def test_a_rescheduled_job_relaunches_and_finishes(sge, tmp_path, submitter):
+    spec = fake_spec(tmp_path, "sge", f"submitter: {submitter}",
+                     name=f"sge-resched-{submitter}", env={"FAKE_SLEEP": "30"})
+    data = json.loads(spec.read_text())
+    data["restarts"] = {"max": 1, "backoff": 0, "checkpoint_grace": "20s"}
+    spec.write_text(json.dumps(data))
+    job = sge.submit(spec, "--backend", "sge")
+    run = run_dir_of(sge, job)
+    wait_for(lambda: len(records(run)) == 4 and all(r.get("state") == "RUNNING"
+                                                   for r in records(run).values()),
+             180, "every task running")
+    first = json.loads((sge.home / "jobs" / f"{job}.json").read_text())["handle"]["job_ids"]
+    subprocess.run(["qmod", "-f", "-rj", first["worker"]], check=True, env=sge.env,
+                   capture_output=True)
+    result = sge.run("wait", job, "--timeout", "300", timeout=330)
+    assert result.returncode == 0, result.stderr
+    status = sge.status(job)
+    assert [a["reason"] for a in status["attempts"]] == ["preempted", "succeeded"], status
+    assert "SIGUSR2 (preempted)" in status["attempts"][0]["detail"]
+    assert (tmp_path / "out" / "0.checkpoint").read_text() == "0"  # attempt 0 checkpointed
+    later = status["attempts"][1]["native"]["job_ids"]
+    assert set(later.values()).isdisjoint(first.values())
+    wait_queue_empty(lambda: queued_ids(sge, list(first.values()) + list(later.values())),
+                     job, 60)
+    assert_no_processes(job, timeout=30)
+
+
+def test_cancel_of_a_driven_job_between_attempts(sge, tmp_path):
+    """qmod -rj ends attempt 0; during the backoff `mxbatch cancel` ends the job: no
+    attempt 1 is submitted, the driver is gone, nothing of the job is queued."""
+    spec = fake_spec(tmp_path, "sge", "submitter: qsub", name="sge-cancel-driven",
+                     env={"FAKE_SLEEP": "300"})
+    data = json.loads(spec.read_text())
+    data["restarts"] = {"max": 2, "backoff": "10m", "checkpoint_grace": "10s"}
+    spec.write_text(json.dumps(data))
+    job = sge.submit(spec, "--backend", "sge")
+    run = run_dir_of(sge, job)
+    wait_for(lambda: len(records(run)) == 4 and all(r.get("state") == "RUNNING"
+                                                   for r in records(run).values()),
+             180, "every task running")
+    first = json.loads((sge.home / "jobs" / f"{job}.json").read_text())["handle"]["job_ids"]
+    subprocess.run(["qmod", "-f", "-rj", first["worker"]], check=True, env=sge.env,
+                   capture_output=True)
+    status = wait_for(lambda: (lambda s: s if "attempt 1 starts in" in s["reason"] else None)(
+        sge.status(job)), 180, "the wait before attempt 1")
+    assert status["state"] == "RUNNING"
+    driver = json.loads((run / "attempts.json").read_text())["driver_pid"]
+    result = sge.run("cancel", job)
+    assert result.returncode == 0 and f"job {job} CANCELLED" in result.stderr, result.stderr
+    record = json.loads((run / "attempts.json").read_text())
+    assert record["final"] and record["outcome"] == "cancelled"
+    assert len(record["attempts"]) == 1
+    wait_for(lambda: not os.path.exists(f"/proc/{driver}"), 30, "the driver to end")
+    wait_queue_empty(lambda: queued_ids(sge, list(first.values())), job, 60)
+    assert_no_processes(job, timeout=30)
