@@ -116,7 +116,7 @@ class Cli:
         record = self.home / "jobs" / f"{job}.json"
         if record.is_file():
             return Path(json.loads(record.read_text())["run_dir"])
-        return self.run_dir(job)
+        return self.home / "runs" / job
 
     def run_dirs(self) -> List[Path]:
         runs = self.home / "runs"
