@@ -31,8 +31,12 @@ def queued_ids(cli: Cli, ids) -> list:
 
 @pytest.mark.parametrize("submitter", ["qsub", "drmaa"])
 def test_a_rescheduled_job_relaunches_and_finishes(sge, tmp_path, submitter):
+    # the workers end only when the test says so (the barrier), never by a timer that a
+    # loaded machine could outrun before the preemption reaches them
+    barrier = tmp_path / "barrier"
     spec = fake_spec(tmp_path, "sge", f"submitter: {submitter}",
-                     name=f"sge-resched-{submitter}", env={"FAKE_SLEEP": "30"})
+                     name=f"sge-resched-{submitter}",
+                     env={"FAKE_SLEEP": "600", "FAKE_BARRIER": str(barrier)})
     data = json.loads(spec.read_text())
     data["restarts"] = {"max": 1, "backoff": 0, "checkpoint_grace": "20s"}
     spec.write_text(json.dumps(data))
@@ -44,6 +48,8 @@ def test_a_rescheduled_job_relaunches_and_finishes(sge, tmp_path, submitter):
     first = json.loads((sge.home / "jobs" / f"{job}.json").read_text())["handle"]["job_ids"]
     subprocess.run(["qmod", "-f", "-rj", first["worker"]], check=True, env=sge.env,
                    capture_output=True)
+    wait_for(lambda: len(sge.status(job)["attempts"]) == 2, 240, "attempt 1")
+    barrier.touch()
     result = sge.run("wait", job, "--timeout", "300", timeout=330)
     assert result.returncode == 0, result.stderr
     status = sge.status(job)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import resource
 import secrets
 import subprocess
@@ -321,7 +320,7 @@ def test_random_text_raises_only_spec_error(tmp_path, home, text):
     try:
         spec = specs.parse(text, tmp_path / "random.yaml")
     except SpecError as exc:
-        assert re.match(r".*random\.yaml", str(exc))
+        assert "random.yaml" in str(exc)  # one problem, or "N problems:" then each
     else:
         assert spec.name and all(spec.role(role).command for role in Role)
 

@@ -19,6 +19,14 @@ and writes to the session's stdin, in order:
    file): the agent supervises its tasks (``agent.Agent``) with a
    ``channelrdv.ChannelRendezvous``, then says ``{"t": "bye", "code": N}``.
 
+**Connecting back.** With two arguments, ``python3 -c BOOTSTRAP ADDRESS PORT``, the
+bootstrap first reads a ``TOKEN_BYTES`` token from stdin, connects to ``ADDRESS:PORT``
+(the controller), sends the token, and makes that connection its stdin and stdout: all
+of the above then goes over TCP. For starters whose stdio is no reliable byte stream:
+SGE's builtin ``qrsh -inherit`` drops stdin data when its sending buffer is full (its
+client's ``tty_to_commlib`` loop: "couldn't write all data", left as a TODO), which
+lost parts of the zipapp on a loaded test cell.
+
 The directory is removed when the agent ends. Anything the runtime prints goes to
 stderr (fd 1 is pointed there once the channel has its own copy of it).
 """
@@ -43,6 +51,8 @@ VERSION_EXIT = 97
 SIZE_DIGITS = 16
 #: how long the agent waits for its setup message
 SETUP_TIMEOUT_S = 60.0
+#: the size of the token a connecting-back agent reads from stdin and sends first
+TOKEN_BYTES = 32
 
 BOOTSTRAP = r"""
 import os, sys
@@ -59,13 +69,21 @@ def read(n):
             sys.exit(0)
         data += chunk
     return data
+if len(sys.argv) == 3:
+    import socket
+    token = read(@TOKEN_BYTES@)
+    sock = socket.create_connection((sys.argv[1], int(sys.argv[2])), 60)
+    sock.settimeout(None)
+    sock.sendall(token)
+    os.dup2(sock.fileno(), 0)
+    os.dup2(sock.fileno(), 1)
 size = int(read(16))
 path = tempfile.mkdtemp(prefix="mxbatch-%s-" % os.environ.get("@JOB_ID@", "job"))
 with open(os.path.join(path, "runtime.pyz"), "wb") as out:
     out.write(read(size))
 pyz = os.path.join(path, "runtime.pyz")
 os.execv(sys.executable, [sys.executable, pyz, "remote", path])
-""".strip().replace("@JOB_ID@", JOB_ID)
+""".strip().replace("@JOB_ID@", JOB_ID).replace("@TOKEN_BYTES@", str(TOKEN_BYTES))
 
 #: variables of the submitter's environment that describe its own session, not a job:
 #: the remote host's own values stay

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 import select
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -43,8 +45,9 @@ from ...runtime.channel import Channel, ChannelClosed, Message, decode_bytes
 from ...runtime.channelrdv import serve_call
 from ...runtime.jobloop import AttemptContext
 from ...runtime.logfile import TaskLog
+from ...runtime.net import interface_ip, source_ip_towards
 from ...runtime.planfile import RunPlan
-from ...runtime.remote import VERSION_EXIT, zipapp_header
+from ...runtime.remote import TOKEN_BYTES, VERSION_EXIT, zipapp_header
 from ...runtime.rendezvous import TaskKey
 from ...runtime.roles import Role
 from ...runtime.states import EndReason
@@ -59,6 +62,11 @@ from .starters import StarterKind, describe_start_failure
 HELLO_MARGIN_S = 30.0
 #: how much of ssh's stderr a link keeps for its error messages
 STDERR_TAIL = 16384
+#: how long a connecting-back agent may take to send its token once connected
+TOKEN_TIMEOUT_S = 5.0
+#: how long a session whose channel broke before its agent's hello may take to exit, so
+#: that the starter's own exit status and words (not the broken pipe) say what went wrong
+BROKEN_EXIT_S = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,17 +153,36 @@ def describe_failure(code: Optional[int], stderr: str, python: str) -> str:
 
 
 class HostLink:
-    """One host's ssh session and the channel to its agent."""
+    """One host's session (ssh, an srun step, qrsh -inherit) and the channel to its
+    agent: the session's stdin and stdout, or, when the starter ``connects_back``
+    (``back``: the controller's listening address), a TCP connection the agent opens to
+    the controller with the token this link wrote to its stdin (``channel`` is None until
+    ``attach``)."""
 
-    def __init__(self, plan: HostPlan, env: Dict[str, str], log_path: str) -> None:
+    def __init__(self, plan: HostPlan, env: Dict[str, str], log_path: str,
+                 back: Optional[Tuple[str, int]] = None) -> None:
         self.plan = plan
         self.host = plan.host
+        remote = plan.remote if back is None else f"{plan.remote} {back[0]} {back[1]}"
         self.proc = subprocess.Popen(
-            [*plan.ssh, plan.remote], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [*plan.ssh, remote], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE if back is None else subprocess.DEVNULL,
             stderr=subprocess.PIPE, env=env, start_new_session=True, close_fds=True,
             preexec_fn=die_with_parent)
-        assert self.proc.stdin and self.proc.stdout and self.proc.stderr
-        self.channel = Channel(self.proc.stdout.fileno(), self.proc.stdin.fileno())
+        assert self.proc.stdin and self.proc.stderr
+        self.sock: Optional[socket.socket] = None
+        self.channel: Optional[Channel] = None
+        self.token: Optional[bytes] = None
+        if back is None:
+            assert self.proc.stdout
+            self.channel = Channel(self.proc.stdout.fileno(), self.proc.stdin.fileno())
+        else:
+            self.token = secrets.token_hex(TOKEN_BYTES // 2).encode()
+            try:
+                self.proc.stdin.write(self.token)
+                self.proc.stdin.flush()
+            except OSError:
+                pass  # the starter has already gone: its exit says why
         self.err_fd = self.proc.stderr.fileno()
         os.set_blocking(self.err_fd, False)
         self.stderr = bytearray()
@@ -163,6 +190,9 @@ class HostLink:
         self.log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self.hello: Optional[Message] = None
         self.problem: Optional[str] = None
+        #: the channel broke before the agent said hello (EPIPE: the starter is on its way
+        #: out) and when: the problem is the starter's exit, or this after BROKEN_EXIT_S
+        self.broken: Optional[Tuple[str, float]] = None
         self.bye: Optional[int] = None
         self.running = False
         self.ended = False
@@ -191,6 +221,12 @@ class HostLink:
     def stderr_text(self) -> str:
         return self.stderr.decode(errors="replace")
 
+    def attach(self, sock: socket.socket) -> None:
+        """The agent connected back: ``sock`` is its channel."""
+        sock.setblocking(False)
+        self.sock = sock
+        self.channel = Channel(sock.fileno(), sock.fileno())
+
     def kill(self) -> None:
         try:
             self.proc.send_signal(signal.SIGKILL)
@@ -198,7 +234,7 @@ class HostLink:
             pass
 
     def close(self) -> None:
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr, self.sock):
             try:
                 if stream is not None:
                     stream.close()
@@ -222,6 +258,9 @@ class SshController(Controller):
         self.hosts = place_hosts(setup, self.attempt.excluded, len(plan.tasks))
         self.links: List[HostLink] = []
         self._logs: Dict[TaskKey, TaskLog] = {}
+        self._pyz = b""
+        #: where agents that connect back reach this controller (while preparing)
+        self._listener: Optional[socket.socket] = None
 
     @classmethod
     def from_config(cls, plan: RunPlan, config: Dict[str, Any],
@@ -239,30 +278,82 @@ class SshController(Controller):
                 "attempt": self.attempt.index, "restart_reason": self.attempt.reason_name}
 
     def prepare(self) -> None:
-        pyz = Path(self.layout.runtime).read_bytes()
+        self._pyz = Path(self.layout.runtime).read_bytes()
         env = {**self.environ, wire.JOB_ID: self.plan.job_id}
         os.makedirs(self.layout.logs_dir, mode=0o700, exist_ok=True)
+        back = self._listen()
         for host in self.hosts:
-            link = HostLink(host, env, self.layout.ssh_log(host.host))
+            link = HostLink(host, env, self.layout.ssh_log(host.host),
+                            back if host.starter.connects_back else None)
             self.links.append(link)
-            try:
-                link.channel.send_raw(zipapp_header(len(pyz)) + pyz)
-                link.channel.send(self._setup_message(host))
-            except ChannelClosed as exc:
-                link.problem = str(exc)
+            if link.channel is not None:
+                self._send_setup(link)
         patience = self.setup.connect_timeout_s + HELLO_MARGIN_S
         deadline = time.monotonic() + patience
-        while any(link.waiting for link in self.links) and time.monotonic() < deadline:
-            self._pump(0.1)
+        try:
+            while any(link.waiting for link in self.links) and time.monotonic() < deadline:
+                self._pump(0.1)
+                self._give_up_broken()
+        finally:
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
         for link in self.links:
             if link.waiting:
-                link.problem = (f"no answer within {patience:g}s "
-                                f"[{link.stderr_text().strip() or 'ssh said nothing'}]")
+                said = link.stderr_text().strip() or f"{link.plan.starter.value} said nothing"
+                link.problem = f"no answer within {patience:g}s [{said}]"
         problems = [(link.host, link.problem) for link in self.links if link.problem]
         if problems:
             raise unavailable(problems, "the job cannot run on these hosts")
         if self.setup.sync_dst_dir is not None:
             self._sync()
+
+    def _send_setup(self, link: HostLink) -> None:
+        """The runtime and the setup message to ``link``'s agent."""
+        assert link.channel is not None
+        try:
+            link.channel.send_raw(zipapp_header(len(self._pyz)) + self._pyz)
+            link.channel.send(self._setup_message(link.plan))
+        except ChannelClosed as exc:
+            link.broken = (str(exc), time.monotonic())
+
+    def _listen(self) -> Optional[Tuple[str, int]]:
+        """A listening socket for the agents that connect back, on this host's address
+        towards the first of their hosts (``network.interface``'s when the plan names one);
+        None when no host's starter connects back."""
+        hosts = [h.host for h in self.hosts if h.starter.connects_back]
+        if not hosts:
+            return None
+        try:
+            address = (interface_ip(self.plan.interface) if self.plan.interface
+                       else source_ip_towards(socket.gethostbyname(hosts[0])))
+        except OSError as exc:
+            raise unavailable([(hosts[0], f"no address here that reaches it: {exc}")],
+                              "the job cannot run on these hosts") from None
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind((address, 0))
+        listener.listen(len(hosts) + 8)
+        listener.setblocking(False)
+        self._listener = listener
+        return address, listener.getsockname()[1]
+
+    def _accept(self) -> None:
+        """Agents that connected back: each sends its link's token first; a connection
+        without a known token is closed."""
+        assert self._listener is not None
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            token = _read_token(sock)
+            link = next((x for x in self.links
+                         if token is not None and x.channel is None and x.token == token), None)
+            if link is None:
+                sock.close()
+                continue
+            link.attach(sock)
+            self._send_setup(link)
 
     def _sync(self) -> None:
         """rsync the working directory to every host, all at once."""
@@ -309,11 +400,13 @@ class SshController(Controller):
         """Close every session (end of file: an agent that has not started quits) and
         make sure the ssh processes are gone."""
         for link in self.links:
+            if link.channel is None:
+                continue
             try:
                 link.channel.send({TYPE_KEY: MessageType.QUIT})
+                link.channel.flush()
             except ChannelClosed:
                 pass
-            link.channel.flush()
         deadline = time.monotonic() + 5
         for link in self.links:
             if link.proc.stdin is not None:
@@ -350,21 +443,28 @@ class SshController(Controller):
         """Wait up to ``timeout`` for data from any host, then handle all of it."""
         poller = select.poll()
         watched = 0
+        if self._listener is not None:
+            poller.register(self._listener.fileno(), select.POLLIN)
+            watched += 1
         for link in self.links:
             if link.ended:
                 continue
-            for fd, closed in ((link.channel.read_fd, link.channel.eof),
-                               (link.err_fd, link.stderr_eof)):
+            streams = [(link.err_fd, link.stderr_eof)]
+            if link.channel is not None:
+                streams.append((link.channel.read_fd, link.channel.eof))
+            for fd, closed in streams:
                 if not closed:  # (a closed pipe would wake poll at once, every time)
                     poller.register(fd, select.POLLIN)
                     watched += 1
-            if link.channel.pending:
+            if link.channel is not None and link.channel.pending:
                 poller.register(link.channel.write_fd, select.POLLOUT)
                 watched += 1
         if watched:
             poller.poll(timeout * 1000)
         else:  # only exits to wait for (ssh has closed its pipes)
             time.sleep(timeout)
+        if self._listener is not None:
+            self._accept()
         for link in self.links:
             if not link.ended:
                 self._service(link)
@@ -372,14 +472,31 @@ class SshController(Controller):
     def _service(self, link: HostLink) -> None:
         link.read_stderr()
         try:
-            for message in link.channel.receive():
-                self._handle(link, message)
-            link.channel.flush()
+            if link.channel is not None:
+                for message in link.channel.receive():
+                    self._handle(link, message)
+                link.channel.flush()
+                if link.channel.eof and link.sock is not None and link.hello is None:
+                    raise ChannelClosed("the agent closed its connection")
         except ChannelClosed as exc:
-            link.problem = link.problem or str(exc)
-            link.kill()
+            if link.hello is None and not link.running:
+                # the starter is on its way out: its status and words say why, not the pipe
+                link.broken = link.broken or (str(exc), time.monotonic())
+            else:
+                link.problem = link.problem or str(exc)
+                link.kill()
         if link.proc.poll() is not None:
             self._ended(link)
+
+    def _give_up_broken(self) -> None:
+        """A session whose channel broke before its hello and that has not exited within
+        BROKEN_EXIT_S: the broken channel is its problem, and it is killed."""
+        now = time.monotonic()
+        for link in self.links:
+            if link.waiting and link.broken is not None and now - link.broken[1] > BROKEN_EXIT_S:
+                said = link.stderr_text().strip()
+                link.problem = link.broken[0] + (f" [{said}]" if said else "")
+                link.kill()
 
     def _handle(self, link: HostLink, message: Message) -> None:
         kind = message.get(TYPE_KEY)
@@ -421,8 +538,9 @@ class SshController(Controller):
         """The ssh process of ``link`` has exited: take what it left, then judge."""
         link.read_stderr()
         try:
-            for message in link.channel.receive():
-                self._handle(link, message)
+            if link.channel is not None:
+                for message in link.channel.receive():
+                    self._handle(link, message)
         except ChannelClosed:
             pass
         link.ended = True
@@ -464,3 +582,16 @@ class SshController(Controller):
         return dataclasses.replace(end, hosts=hosts) if hosts != end.hosts else end
 
 
+def _read_token(sock: socket.socket) -> Optional[bytes]:
+    """The first TOKEN_BYTES of a connection (None when they do not come in time)."""
+    sock.settimeout(TOKEN_TIMEOUT_S)
+    data = b""
+    try:
+        while len(data) < TOKEN_BYTES:
+            chunk = sock.recv(TOKEN_BYTES - len(data))
+            if not chunk:
+                return None
+            data += chunk
+    except OSError:
+        return None
+    return data

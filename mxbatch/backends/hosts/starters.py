@@ -18,6 +18,10 @@ and stdout onto the host (``HostPlan.argv``):
   the PE needs ``control_slaves TRUE``). Like ssh, qrsh joins its arguments with blanks
   and the host's shell runs them (measured on SGE 8.1.9: ``qrsh -inherit H /bin/sh -c
   'a; b'`` runs ``/bin/sh -c a; b``), so REMOTE is one argument, quoted for that shell.
+  Its stdio is no reliable byte stream (SGE's builtin interactive job support drops
+  stdin data under pressure), so its agent **connects back** (``connects_back``): only
+  a short token goes over qrsh's stdin, the channel over a TCP connection to the
+  controller (``runtime.remote``).
 
 ``REMOTE`` is the same everywhere: ``exec env MXBATCH_JOB_ID=<job> PYTHON -c BOOTSTRAP``.
 """
@@ -38,6 +42,12 @@ class StarterKind(str, enum.Enum):
     SSH = "ssh"
     SRUN = "srun"
     QRSH = "qrsh"
+
+    @property
+    def connects_back(self) -> bool:
+        """The agent's channel is a TCP connection to the controller, not the starter's
+        stdin and stdout (see the module docstring)."""
+        return self is StarterKind.QRSH
 
     @property
     def session(self) -> str:
