@@ -12,6 +12,7 @@
 #                             them) whenever one is listed; "hosts" are also the ssh/MPI
 #                             test hosts (markers ssh and mpi)
 #      PYTEST_ARGS            extra pytest arguments
+#      MXBATCH_TEST_WORKERS   pytest-xdist workers (default 3; 0: one process, in order)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -84,7 +85,12 @@ for name in $CLUSTERS; do
 done
 log "pytest (required: $require)"
 set +e
-MXBATCH_REQUIRE=$require python -m pytest -p no:cacheprovider -ra ${PYTEST_ARGS:-} tests
+# the clusters' tests run side by side, each cluster's in one worker (tests/conftest.py
+# CLUSTER_GROUPS); MXBATCH_TEST_WORKERS=0 runs everything in this process, in order
+workers=${MXBATCH_TEST_WORKERS:-3}
+parallel=()
+[ "$workers" -gt 0 ] && parallel=(-n "$workers" --dist loadgroup)
+MXBATCH_REQUIRE=$require python -m pytest -p no:cacheprovider -ra "${parallel[@]}" ${PYTEST_ARGS:-} tests
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

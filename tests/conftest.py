@@ -39,6 +39,18 @@ def pytest_collection_modifyitems(config, items):
         for marker, present in available.items():
             if marker in item.keywords and not present and marker not in required:
                 item.add_marker(pytest.mark.skip(reason=f"{marker} is not available"))
+        group = next((g for m, g in CLUSTER_GROUPS if m in item.keywords), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+#: with pytest-xdist (``-n N --dist loadgroup``, as ci/test.sh runs the suite) the tests
+#: of one cluster run one after another in one worker, as they assume (a cell's slots, a
+#: Slurm node stopped on purpose, the one NodeManager's memory); a test that needs several
+#: goes with the first of them here; tests that need no cluster go to any worker
+CLUSTER_GROUPS = (("yarn", "yarn"), ("sge", "sge"), ("slurm", "slurm"),
+                  ("ssh", "hosts"), ("mpi", "hosts"), ("containers", "containers"),
+                  ("cachefs", "cachefs"))
 
 
 #: markers whose tests run on a cluster of another name: the ssh and MPI tests need the
