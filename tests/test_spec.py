@@ -76,7 +76,7 @@ def test_exit_timeout_is_a_duration_or_null_and_reaches_the_plan(tmp_path, cli):
     assert parse("").rendezvous.exit_timeout_s == 60
     assert parse("rendezvous: {exit_timeout: 2m}\n").rendezvous.exit_timeout_s == 120
     assert parse("rendezvous: {exit_timeout: null}\n").rendezvous.exit_timeout_s is None
-    with pytest.raises(SpecError, match="rendezvous.exit_timeout"):
+    with pytest.raises(SpecError, match=r"rendezvous\.exit_timeout"):
         parse("rendezvous:\n  exit_timeout: soon\n")
     assert planning.make(parse("rendezvous: {exit_timeout: 2m}\n"), "local").run \
         .exit_timeout_s == 120

@@ -60,7 +60,6 @@ import time
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from . import listeners, net, notes, osbytes, procstat, pyhook, wire
-from .rolehook import HookReader, HookReport, RoleEnvironment, mismatch_reason
 from .container import Moment, RoleContainer
 from .environ import role_environment
 from .layout import RunLayout
@@ -69,6 +68,7 @@ from .metrics import MetricReader
 from .planfile import RunPlan, TaskInfo
 from .procstat import GroupStat
 from .rendezvous import Backoff, Rendezvous
+from .rolehook import HookReader, HookReport, RoleEnvironment, mismatch_reason
 from .roles import Role
 from .states import (
     AbortKind,
