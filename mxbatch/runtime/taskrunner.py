@@ -259,7 +259,9 @@ class TaskRunner:
         scheduler = RoleEnvironment.parse(self._scheduler.environment
                                           if self._scheduler is not None else None)
         if scheduler is not None and mine.mismatch(scheduler):
-            self._mismatch = mismatch_reason(self.label, mine, "scheduler[0]", scheduler)
+            self._mismatch = mismatch_reason(self.label, mine,
+                                             self.plan.tasks_of(Role.SCHEDULER)[0].label,
+                                             scheduler)
 
     def drain_output(self, mono: float) -> None:
         """Copy what the role has written and the agent has not read yet into the log,
