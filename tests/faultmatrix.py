@@ -9,9 +9,9 @@ while queued; cancel while running; a worker blocked after the other finished, a
 the uneven-batch deadlock of dist_sync; both workers hanging at exit after their code
 finished, as MXNet's do), and the cell checks that the job ended, that its reason (for
 the exit hang, which succeeds: its note) names the task and the cause, and that nothing
-of it is left running or queued. ``run_cell`` returns a ``Cell`` with the time from the injection to the end
-of the job, as the job's own records say (on YARN, whose task records live in the
-application's key-value store, also as the ResourceManager says).
+of it is left running or queued. ``run_cell`` returns a ``Cell`` with the time from the
+injection to the end of the job, as the job's own records say (on YARN, whose task
+records live in the application's key-value store, also as the ResourceManager says).
 ``tests/test_fault_matrix.py`` runs every cell on every backend whose cluster is up
 (local, SGE, Slurm, YARN); ``bench/fault_matrix.py`` prints the table.
 """
