@@ -12,7 +12,16 @@ worker (seed 0) and sharded by rank. The VGG models have the layer layout of VGG
 16/19 with every layer ``--width`` times narrower (default 16: a few hundred thousand
 parameters), so a job of several workers on a few CPU cores takes seconds. Like the
 original VGG (and gluon's ``vgg11``, not ``vgg11_bn``) they have no batch normalisation
-(which, here, made MXNet 1.9's dist_sync workers hang at exit with 3 servers).
+unless ``--batch-norm`` asks for it (gluon's ``vgg11_bn``). With it and 3 servers, MXNet
+1.9.1's dist_sync workers train to the end and then hang at exit, in ``KVStore.__del__``
+(MXNet's exit hang: mxbatch ends them ``rendezvous.exit_timeout`` after their code
+finished, and the job succeeds; docs/long-jobs.md).
+
+``--uneven-batches N`` gives the worker of kv rank 0 N batches an epoch more than the
+others (shards of different sizes, apache/mxnet#7888). With dist_sync its extra pushes
+are never answered: with N = 1 and one epoch its code still ends (its last push left
+pending) and every worker then hangs at exit; otherwise it waits forever in a kvstore
+call once the others have finished (mxbatch names that deadlock).
 
 The same file runs for every role: for the scheduler and servers ``import mxnet``
 itself runs the role and exits when the job ends; only workers train. Each worker
@@ -46,12 +55,17 @@ VGG_LAYERS = {
 DATASETS = {"cifar10": (3, 32, 10), "cifar100": (3, 32, 100), "mnist": (1, 28, 10)}
 
 
-def vgg(model: str, classes: int, width: int) -> gluon.nn.HybridSequential:
-    """A VGG of ``model``'s layout with every layer ``width`` times narrower."""
+def vgg(model: str, classes: int, width: int,
+        batch_norm: bool = False) -> gluon.nn.HybridSequential:
+    """A VGG of ``model``'s layout with every layer ``width`` times narrower (``batch_norm``:
+    each convolution followed by batch normalisation, as gluon's ``vgg11_bn``)."""
     net = gluon.nn.HybridSequential()
     for layer in VGG_LAYERS[model]:
         if layer == "M":
             net.add(gluon.nn.MaxPool2D(pool_size=2, strides=2, ceil_mode=True))
+        elif batch_norm:
+            net.add(gluon.nn.Conv2D(max(4, layer // width), kernel_size=3, padding=1),
+                    gluon.nn.BatchNorm(), gluon.nn.Activation("relu"))
         else:
             net.add(gluon.nn.Conv2D(max(4, layer // width), kernel_size=3, padding=1,
                                     activation="relu"))
@@ -85,6 +99,10 @@ def main() -> None:
                         help="every layer this many times narrower than the real VGG")
     parser.add_argument("--samples", type=int, default=768,
                         help="synthetic images in the whole data set")
+    parser.add_argument("--batch-norm", action="store_true",
+                        help="batch normalisation after each convolution (vgg11_bn)")
+    parser.add_argument("--uneven-batches", type=int, default=0, metavar="N",
+                        help="kv rank 0 trains N batches an epoch more than the others")
     args = parser.parse_args()
 
     kv = mx.kv.create(args.kvstore)
@@ -95,11 +113,15 @@ def main() -> None:
           f"dataset={args.dataset} (synthetic)", flush=True)
 
     images, labels = synthetic_images(args.dataset, args.samples, rank, workers)
+    if rank == 0 and args.uneven_batches:  # its own images again, as a larger shard
+        extra = args.uneven_batches * args.batch_size
+        images, labels = np.concatenate([images, images[:extra]]), np.concatenate(
+            [labels, labels[:extra]])
     loader = gluon.data.DataLoader(gluon.data.ArrayDataset(images, labels),
                                    batch_size=args.batch_size, shuffle=True,
                                    last_batch="discard")
     mx.random.seed(42 + rank)  # different init per worker: the kvstore makes them equal
-    net = vgg(args.model, DATASETS[args.dataset][2], args.width)
+    net = vgg(args.model, DATASETS[args.dataset][2], args.width, args.batch_norm)
     net.initialize(mx.init.Xavier())
     net.hybridize()
     trainer = gluon.Trainer(net.collect_params(), "sgd",

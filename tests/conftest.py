@@ -188,7 +188,8 @@ def job_times(run_dir: Path) -> JobTimes:
     starts = [r["started_at"] for r in tasks.values() if r.get("started_at")]
     ends = [r["ended_at"] for r in tasks.values() if r.get("ended_at")]
     try:
-        abort_at: Optional[float] = json.loads(Path(layout.abort).read_text())["at"]
+        # an empty record: no abort (the run directory starts with one)
+        abort_at: Optional[float] = json.loads(Path(layout.abort).read_text()).get("at")
     except FileNotFoundError:
         abort_at = None
     return JobTimes(created_at=plan.created_at, startup_deadline=plan.startup_deadline,

@@ -21,10 +21,15 @@ worker:    writes {argv, env, core_limit} as JSON to $FAKE_OUT/<rank>.json (if s
            $FAKE_RAISE_ON exists. With $FAKE_SPEED (samples/s by rank,
            comma-separated) each tick prints a Speedometer line instead of "tick" (an
            MXBATCH_METRIC line for the ranks listed in $FAKE_METRIC_RANKS).
+$FAKE_HANG_AT_EXIT_RANKS ("0,1"): those workers block in an atexit handler after their
+           code has finished, as MXNet's dist kvstore does at exit; $FAKE_BLOCK_RANK: that
+           worker blocks for good (no CPU, no output) where it would exit, as a worker
+           waiting in a push or pull for a peer that has finished.
 With $FAKE_JOIN set, servers and workers first connect to the scheduler's address, as
 ps-lite's do (retrying for up to 30 s), and say so ("joined IP:PORT").
 """
 
+import atexit
 import json
 import os
 import resource
@@ -127,6 +132,10 @@ else:
             print(speed_line() or "tick", flush=True)
             next_tick += tick
         time.sleep(min(0.05, max(0.0, end - time.time())) if not barrier else 0.05)
+    if str(rank) in os.environ.get("FAKE_HANG_AT_EXIT_RANKS", "").split(","):
+        atexit.register(threading.Event().wait)
+    if os.environ.get("FAKE_BLOCK_RANK") == str(rank):
+        threading.Event().wait()
     attempts = os.environ.get("FAKE_EXIT_ATTEMPTS")
     failing = attempts is None or os.environ.get("MXBATCH_ATTEMPT", "0") in attempts.split(",")
     sys.exit(int(os.environ.get("FAKE_EXIT", 0)) if failing else 0)

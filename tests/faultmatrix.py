@@ -5,11 +5,13 @@ scheduler that listens, 1 server, 2 busy workers) is submitted, the fault inject
 (a worker raises; a worker, server or scheduler SIGKILLed; a worker SIGSTOPped; a
 supervisor SIGKILLed; a task that cannot start; the scheduler's port taken, before the
 job or by a foreign listener between mxbatch's choice and the role's bind; cancel
-while queued; cancel while running), and the cell checks that the job ended, that
-its reason names the task and the cause, and that nothing of it is left running or
-queued. ``run_cell`` returns a ``Cell`` with the time from the injection to the end
-of the job, as the job's own records say (on YARN, whose task records live in the
-application's key-value store, also as the ResourceManager says).
+while queued; cancel while running; a worker blocked after the other finished, as in
+the uneven-batch deadlock of dist_sync; both workers hanging at exit after their code
+finished, as MXNet's do), and the cell checks that the job ended, that its reason (for
+the exit hang, which succeeds: its note) names the task and the cause, and that nothing
+of it is left running or queued. ``run_cell`` returns a ``Cell`` with the time from the
+injection to the end of the job, as the job's own records say (on YARN, whose task
+records live in the application's key-value store, also as the ResourceManager says).
 ``tests/test_fault_matrix.py`` runs every cell on every backend whose cluster is up
 (local, SGE, Slurm, YARN); ``bench/fault_matrix.py`` prints the table.
 """
@@ -36,7 +38,7 @@ from .polling import poll
 
 FAKEROLE = Path(__file__).resolve().parent / "fakerole.py"
 #: the short timeouts every cell's job runs with
-TIMEOUTS = "grace: 2s, heartbeat_timeout: 6s, stall_timeout: 6s"
+TIMEOUTS = "grace: 2s, heartbeat_timeout: 6s, stall_timeout: 6s, exit_timeout: 4s"
 #: how long after the job ended its processes may take to go (a NodeManager kills a
 #: finished application's containers after it reported the end)
 LEFT_S = 10.0
@@ -54,6 +56,8 @@ class Fault(str, enum.Enum):
     PORT_STOLEN = "scheduler port taken after it was chosen"
     CANCEL_QUEUED = "cancel while queued"
     CANCEL_RUNNING = "cancel while running"
+    DEADLOCK = "worker blocked after another finished"
+    EXIT_HANG = "workers hang at exit"
 
 
 #: what the job's reason must say, per fault
@@ -71,8 +75,15 @@ EXPECTED: Dict[Fault, str] = {
                        r"(after mxbatch chose it|holds it)",
     Fault.CANCEL_QUEUED: r"cancelled by the user",
     Fault.CANCEL_RUNNING: r"cancelled by the user",
+    Fault.DEADLOCK: r"worker\[0\] finished; worker\[1\] blocked in a kvstore call for \d+s",
+    Fault.EXIT_HANG: r"MXNet's exit hang: worker\[0\] \(hung \d+s\) and worker\[1\] "
+                     r"\(hung \d+s\) were ended",
 }
 CANCELLED = (Fault.CANCEL_QUEUED, Fault.CANCEL_RUNNING)
+#: faults after which the job succeeds (the note, not the reason, names the cause)
+SUCCEEDS = (Fault.EXIT_HANG,)
+#: what the workers do when the cell ends them (the file ``end`` appears)
+ENDING = {Fault.DEADLOCK: "FAKE_BLOCK_RANK: '1'", Fault.EXIT_HANG: "FAKE_HANG_AT_EXIT_RANKS: '0,1'"}
 STARVED = (Fault.NEVER_STARTS, Fault.CANCEL_QUEUED)
 
 
@@ -274,10 +285,11 @@ def write_spec(tmp_path: Path, profile: Profile, fault: Fault, port: int) -> Pat
               if starved and profile.starved_worker else "")
     stolen = (f", FAKE_JOIN: '1', FAKE_SCHEDULER_BIND_AFTER: '{tmp_path / 'bind'}'"
               if fault is Fault.PORT_STOLEN else "")
+    ending = f", {ENDING[fault]}" if fault in ENDING else ""
     text = (f"name: fm-{fault.name.lower().replace('_', '-')}\ncommand: {role}\n"
             f"workdir: {tmp_path}\n"
-            f"env: {{FAKE_TICK: '0.5', FAKE_BARRIER: '{tmp_path / 'never'}', "
-            f"FAKE_RAISE_RANK: '1', FAKE_RAISE_ON: '{tmp_path / 'raise'}'{stolen}}}\n"
+            f"env: {{FAKE_TICK: '0.5', FAKE_BARRIER: '{tmp_path / 'end'}', "
+            f"FAKE_RAISE_RANK: '1', FAKE_RAISE_ON: '{tmp_path / 'raise'}'{stolen}{ending}}}\n"
             f"roles: {{server: {{count: 1}}, worker: {{count: 2{worker}}}}}\n"
             f"rendezvous: {{startup_timeout: {'15s' if fault is Fault.NEVER_STARTS else '3m'}"
             f", {TIMEOUTS}}}\n")
@@ -362,6 +374,8 @@ def _inject(fault: Fault, records: Dict[str, dict], tmp_path: Path) -> None:
         os.kill(records["worker-1"]["pid"], signal.SIGSTOP)
     elif fault is Fault.SUPERVISOR_KILLED:
         os.kill(records["worker-1"]["supervisor_pid"], signal.SIGKILL)
+    elif fault in ENDING:  # the workers end their code: one blocks, or both hang at exit
+        (tmp_path / "end").touch()
 
 
 def run_cell(cli, profile: Profile, fault: Fault, tmp_path: Path) -> Cell:
@@ -393,7 +407,7 @@ def run_cell(cli, profile: Profile, fault: Fault, tmp_path: Path) -> Cell:
         else:
             result = cli.run("wait", job, "--timeout", "120")
         status = cli.status(job)
-        reason = status.get("reason", "")
+        reason = status.get("note" if fault in SUCCEEDS else "reason", "")
         if unwatch is not None:
             unwatch()
             unwatch = None
@@ -404,8 +418,9 @@ def run_cell(cli, profile: Profile, fault: Fault, tmp_path: Path) -> Cell:
             ended.append(finished)
         seconds = (max(ended) if ended else time.time()) - injected
         problems = []
-        want_state = "CANCELLED" if fault in CANCELLED else "FAILED"
-        want_code = 0 if fault in CANCELLED else 1
+        want_state = ("CANCELLED" if fault in CANCELLED else "SUCCEEDED" if fault in SUCCEEDS
+                      else "FAILED")
+        want_code = 0 if fault in CANCELLED + SUCCEEDS else 1
         if result.returncode != want_code:
             problems.append(f"exit {result.returncode}: {result.stderr.strip()[-300:]}")
         if status["state"] != want_state:

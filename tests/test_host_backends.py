@@ -1,7 +1,8 @@
 """The ssh and MPI backends on the namespace test hosts (ci/clusters/hosts-up.sh) with
 stand-in roles, what both must do alike: placement across the hosts, the environment
-(secrets never on a command line), and a failing worker, cancel and Ctrl-C each ending
-the job within 15 s (from the job's own records) with nothing left on any host.
+(secrets never on a command line), a failing worker, cancel and Ctrl-C each ending
+the job within 15 s (from the job's own records) with nothing left on any host, and
+workers hanging at exit ended on their hosts.
 Backend-specific failures (a host's sshd killed, bad hosts) are in test_ssh.py and
 test_mpi.py."""
 
@@ -164,4 +165,24 @@ def test_ctrl_c_while_the_hosts_start(hosts_cli, hosts_env, tmp_path, backend):
         assert "CANCELLED: interrupted (Ctrl-C)" in stderr, stderr
     else:  # interrupted before the submission ended: rolled back, nothing kept
         assert not run_dir.exists(), stderr
+    assert_clean(job)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_workers_hanging_at_exit_are_ended_on_their_hosts(hosts_cli, hosts_env, tmp_path,
+                                                          backend):
+    """The role hook's report crosses the hosts' agents: both workers (on mxbh4 and mxbh1)
+    hang after their code finished and are ended there; the job succeeds naming them."""
+    spec = fake_spec(tmp_path, backend, hosts_env, name="exithang",
+                     env={"FAKE_SLEEP": "2", "FAKE_HANG_AT_EXIT_RANKS": "0,1"})
+    spec.write_text(spec.read_text().replace("grace: 2s", "grace: 2s, exit_timeout: 4s"))
+    result = hosts_cli.run("submit", "--wait", "-b", backend, str(spec))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert re.search(r"note: MXNet's exit hang: worker\[0\] \(hung \d+s\) and worker\[1\] "
+                     r"\(hung \d+s\) were ended", result.stderr), result.stderr[-2000:]
+    job = result.stdout.split()[0]
+    tasks = records(hosts_cli.run_dir(job))
+    for name in ("worker-0", "worker-1"):
+        assert 4 <= tasks[name]["ended_at"] - tasks[name]["code_finished_at"] < 4 + 10
+        assert tasks[name]["environment"]["python"]
     assert_clean(job)

@@ -1,11 +1,12 @@
 """The sitecustomize hook: uncaught exceptions exit 1 at once; clean exits are untouched;
-an existing sitecustomize still runs."""
+an existing sitecustomize still runs; it reports the role's Python and MXNet, and when the
+script's code has finished."""
 
 import os
 import subprocess
 import sys
 
-from mxbatch.runtime import pyhook
+from mxbatch.runtime import pyhook, rolehook
 
 
 def run_python(code, hook_dir, extra_path=None):
@@ -60,3 +61,66 @@ def test_the_hook_is_readable_by_any_user_whatever_the_umask(tmp_path):
     (directory / "sitecustomize.py").chmod(0o600)  # the same content, closed
     pyhook.install(str(directory))
     assert (directory / "sitecustomize.py").stat().st_mode & 0o777 == 0o644
+
+
+def reports(stderr):
+    """(event, data) of each hook report line in ``stderr``."""
+    found = []
+    for line in stderr.splitlines():
+        report = rolehook.parse_line(line.encode())
+        if report is not None:
+            found.append((report.event.value, report))
+    return found
+
+
+def test_it_reports_the_start_and_the_end_of_the_scripts_code_once(tmp_path):
+    """One report pair, from the role's first process: after its non-daemon threads,
+    before atexit handlers; its child processes (a subprocess, here) stay silent."""
+    hook = pyhook.install(str(tmp_path / "hook"))
+    code = ("import atexit, subprocess, sys, threading, time\n"
+            "atexit.register(lambda: print('atexit', file=sys.stderr, flush=True))\n"
+            "threading.Thread(target=lambda: (time.sleep(0.3), "
+            "print('thread', file=sys.stderr, flush=True))).start()\n"
+            "subprocess.run([sys.executable, '-c', 'pass'], check=True)\n")
+    result = run_python(code, hook)
+    assert result.returncode == 0, result.stderr
+    seen = reports(result.stderr)
+    assert [event for event, _ in seen] == ["started", "finished"], result.stderr
+    assert seen[0][1].pid == seen[1][1].pid
+    environment = seen[0][1].environment
+    assert environment.python == "%d.%d.%d" % sys.version_info[:3]
+    lines = result.stderr.splitlines()
+    finished = next(i for i, line in enumerate(lines) if "finished" in line)
+    assert lines.index("thread") < finished < lines.index("atexit")
+
+
+def test_an_uncaught_exception_is_no_finished_code(tmp_path):
+    hook = pyhook.install(str(tmp_path / "hook"))
+    result = run_python("raise ValueError('x')", hook)
+    assert result.returncode == 1
+    assert [event for event, _ in reports(result.stderr)] == ["started"]
+
+
+def test_mxnet_is_found_without_importing_it(tmp_path):
+    """The version from the package's libinfo.py, else from a dist-info beside it; a
+    package in the script's own directory comes first, as the import would take it."""
+    hook = pyhook.install(str(tmp_path / "hook"))
+    site = tmp_path / "site"
+    (site / "mxnet").mkdir(parents=True)
+    (site / "mxnet" / "__init__.py").write_text("raise SystemExit('imported')\n")
+    (site / "mxnet-1.7.0.dist-info").mkdir()
+    result = run_python("pass", hook, str(site))
+    environment = reports(result.stderr)[0][1].environment
+    assert (environment.mxnet, environment.mxnet_path) == ("1.7.0", str(site / "mxnet"))
+    (site / "mxnet" / "libinfo.py").write_text("x = 1\n__version__ = '1.8.0'\n")
+    environment = reports(run_python("pass", hook, str(site)).stderr)[0][1].environment
+    assert environment.mxnet == "1.8.0"
+    local = tmp_path / "project"
+    (local / "mxnet").mkdir(parents=True)
+    (local / "mxnet" / "__init__.py").write_text("")
+    (local / "mxnet" / "libinfo.py").write_text('__version__ = "2.0.0"\n')
+    (local / "train.py").write_text("pass\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([hook, str(site)]))
+    result = subprocess.run([sys.executable, str(local / "train.py")], capture_output=True,
+                            text=True, env=env, timeout=30)
+    assert reports(result.stderr)[0][1].environment.mxnet == "2.0.0"

@@ -13,6 +13,7 @@ from mxbatch.runtime.states import (
     AbortKind,
     AbortRecord,
     DigestRecord,
+    EndReason,
     SchedulerRecord,
     TaskRecord,
     TaskState,
@@ -184,6 +185,28 @@ def test_a_worker_seen_stopped_just_after_its_last_progress_is_named_stopped():
                                    "(SIGSTOP or frozen): no CPU and no output for 20s")
     server = {(SERVER, 0): running(SERVER, 0, idle_s=50, stopped_s=1)}
     assert JobWatch(plan, by="scheduler[0]").check(server, wall=5, mono=0) is None
+
+
+def test_watch_names_a_worker_blocked_after_another_finished():
+    """The uneven-batch deadlock: only a worker that reached the scheduler, idle (not
+    stopped) for exit_timeout, while another worker's code has finished."""
+    plan = small_plan(exit_timeout_s=10, stall_timeout_s=None)
+    done = TaskRecord(role=WORKER, rank=0, state=TaskState.SUCCEEDED)
+    blocked = running(WORKER, 1, idle_s=11, reached_at=1.0)
+    abort = JobWatch(plan, by="scheduler[0]").check({(WORKER, 0): done, (WORKER, 1): blocked},
+                                                    wall=5, mono=0)
+    assert (abort.role, abort.rank, abort.end) == (WORKER, 1, EndReason.EXIT_HANG)
+    assert abort.reason.startswith("worker[0] finished; worker[1] blocked in a kvstore call "
+                                   "for 11s: the workers ran different numbers of batches")
+    hung = running(WORKER, 0, code_finished_at=2.0)  # finished, hanging at exit itself
+    assert JobWatch(plan, "s").check({(WORKER, 0): hung, (WORKER, 1): blocked}, 5, 0)
+    for other in (running(WORKER, 1, idle_s=9, reached_at=1.0),    # not long enough
+                  running(WORKER, 1, idle_s=11),                    # never reached it
+                  running(WORKER, 1, idle_s=11, reached_at=1.0, stopped_s=11),  # a stall
+                  running(WORKER, 1, idle_s=11, reached_at=1.0, code_finished_at=3.0)):
+        assert JobWatch(plan, "s").check({(WORKER, 0): done, (WORKER, 1): other}, 5, 0) is None
+    off = small_plan(exit_timeout_s=None, stall_timeout_s=None)
+    assert JobWatch(off, "s").check({(WORKER, 0): done, (WORKER, 1): blocked}, 5, 0) is None
 
 
 def test_watch_decides_when_workers_are_done_and_digests_say_so():

@@ -19,6 +19,7 @@ from mxbatch.backends.registry import options_for
 from mxbatch.errors import SpecError
 from mxbatch.runtime.roles import Role
 from mxbatch.spec import parse as specs
+from mxbatch.spec import plan as planning
 from mxbatch.spec import schema
 
 from .conftest import FAKEROLE, assert_no_processes, processes_of_jobs_named, wait_for
@@ -67,6 +68,22 @@ def test_minimal_spec_defaults(tmp_path, home):
     assert spec.role(Role.SERVER).count == 1
     assert spec.inherit_env is True
     assert spec.rendezvous.dir == home / "runs"
+
+
+def test_exit_timeout_is_a_duration_or_null_and_reaches_the_plan(tmp_path, cli):
+    parse = lambda text: specs.parse("command: x\n" + text, tmp_path / "j.yaml")  # noqa: E731
+    assert parse("").rendezvous.exit_timeout_s == 60
+    assert parse("rendezvous: {exit_timeout: 2m}\n").rendezvous.exit_timeout_s == 120
+    assert parse("rendezvous: {exit_timeout: null}\n").rendezvous.exit_timeout_s is None
+    with pytest.raises(SpecError, match=r"rendezvous\.exit_timeout"):
+        parse("rendezvous:\n  exit_timeout: soon\n")
+    assert planning.make(parse("rendezvous: {exit_timeout: 2m}\n"), "local").run \
+        .exit_timeout_s == 120
+    for flag, expected in (("90s", "90s"), ("off", None)):
+        result = cli.run("launch", "--render", "yaml", "--exit-timeout", flag, "--",
+                         "python3", "t.py", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert yaml.safe_load(result.stdout)["rendezvous"]["exit_timeout"] == expected
 
 
 def test_server_count_defaults_to_worker_count(tmp_path):

@@ -64,6 +64,12 @@ class TaskStatus:
     metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
     #: MXNet's rank of a worker (``kv.rank``) when known: see ``psrank``
     kv_rank: Optional[int] = None
+    #: what the role runs (Python, MXNet: versions and paths), as its hook reported it
+    environment: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: when the role's script's own code finished, as its hook reported it
+    code_finished_at: Optional[float] = None
+    #: how long the role still ran after its code finished before mxbatch ended it
+    exit_hang_s: Optional[float] = None
 
     @property
     def samples_per_sec(self) -> Optional[float]:
@@ -113,6 +119,8 @@ class JobStatus:
     samples_per_sec: Optional[float] = None
     #: running workers far slower than their peers (``stragglers``)
     stragglers: List[str] = dataclasses.field(default_factory=list)
+    #: what the outcome alone does not say (roles ended for MXNet's exit hang)
+    note: str = ""
 
     def to_dict(self) -> Dict[str, Any]:
         return to_data(self)
@@ -144,7 +152,8 @@ def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
     total, slow = throughput(tasks)
     lost = [t for t in tasks if t.state is TaskState.LOST]
     status = JobStatus(job_id=plan.job_id, backend=backend, state=JobState.RUNNING,
-                       tasks=tasks, samples_per_sec=total, stragglers=slow)
+                       tasks=tasks, samples_per_sec=total, stragglers=slow,
+                       note=exit_hang_note(tasks))
     if abort is not None:
         status.state = (JobState.CANCELLED if abort.kind is AbortKind.CANCELLED
                         else JobState.FAILED)
@@ -166,6 +175,24 @@ def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
     elif not active:
         status.state = JobState.PENDING
     return status
+
+
+def exit_hang_note(tasks: List[TaskStatus]) -> str:
+    """The roles mxbatch ended after their code had finished, and how long each hung:
+    ``MXNet's exit hang: worker[0] (hung 60s) and worker[1] (hung 61s) were ended by
+    mxbatch after their code had finished ...``; empty if none."""
+    hung = [t for t in tasks if t.exit_hang_s is not None]
+    if not hung:
+        return ""
+    names = _listed([f"{t.label} (hung {round(t.exit_hang_s or 0)}s)" for t in hung])
+    were, whose = ("was", "its") if len(hung) == 1 else ("were", "their")
+    return (f"MXNet's exit hang: {names} {were} ended by mxbatch after {whose} code had "
+            "finished (rendezvous.exit_timeout)")
+
+
+def _listed(items: List[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join(filter(None, [", ".join(items[:-1]), items[-1]]))
 
 
 def _set_kv_ranks(tasks: List[TaskStatus], records: Mapping[TaskKey, TaskRecord]) -> None:
@@ -224,7 +251,10 @@ def _task_status(role: Role, rank: int, record: Optional[TaskRecord], native: Na
     return TaskStatus(role=role, rank=rank, state=state, host=record.host, pid=record.pid,
                       exit_code=record.exit_code, signal=record.signal, note=note,
                       log=record.log, native=native_id, started_at=record.started_at,
-                      ended_at=record.ended_at, metrics=dict(record.metrics))
+                      ended_at=record.ended_at, metrics=dict(record.metrics),
+                      environment=dict(record.environment),
+                      code_finished_at=record.code_finished_at,
+                      exit_hang_s=record.exit_hang_s)
 
 
 def with_attempts(status: JobStatus, plan: RunPlan, record: Optional[AttemptsRecord],

@@ -297,7 +297,8 @@ def _report(backend, record: records.JobRecord, status: JobStatus) -> None:
     its last task's end), and for a failure its cause in the failing role's own words."""
     duration = (status.ended_at or time.time()) - record.submitted_at
     if status.state is JobState.SUCCEEDED:
-        _err(f"mxbatch: job {status.job_id} SUCCEEDED ({duration:.1f}s)")
+        _err(f"mxbatch: job {status.job_id} SUCCEEDED ({duration:.1f}s)"
+             + (f"\nmxbatch: note: {status.note}" if status.note else ""))
         return
     message = f"mxbatch: job {status.job_id} {status.state.value}"
     if status.reason:
@@ -419,6 +420,8 @@ def status(job_id: str, as_json: bool) -> None:
     click.echo(f"job {result.job_id}  backend {result.backend}  state {result.state.value}")
     if result.reason:
         click.echo(f"reason: {result.reason}")
+    if result.note:
+        click.echo(f"note: {result.note}")
     if cause is not None:
         click.echo(_cause_text(cause))
     if result.log:

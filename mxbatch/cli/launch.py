@@ -89,6 +89,7 @@ class LaunchArgs:
     startup_timeout: Optional[str] = None
     grace: Optional[str] = None
     stall_timeout: Optional[str] = None
+    exit_timeout: Optional[str] = None
     container: Optional[str] = None
     mounts: Tuple[str, ...] = ()
     max_tasks: Optional[int] = None
@@ -136,6 +137,9 @@ _OPTIONS: List[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--stall-timeout", default=None,
                  help="Fail the job when a role is stopped, or a worker uses no CPU and "
                       "writes no output, this long, e.g. 20m (default 30m; 'off': never)."),
+    click.option("--exit-timeout", default=None,
+                 help="End a role still running this long after its code finished "
+                      "(MXNet's exit hang), e.g. 2m (default 60s; 'off': never)."),
     click.option("--container", default=None, metavar="RUNTIME:IMAGE",
                  help="Run every role in a container, e.g. docker:mxnet/python:1.9.1 "
                       "(docker, podman or apptainer)."),
@@ -262,9 +266,11 @@ def job_data(args: LaunchArgs, environ: Dict[str, str], cwd: Path) -> Dict[str, 
                                              ("ports", args.ports)) if v}
     rendezvous: Dict[str, Any] = {k: v for k, v in (("startup_timeout", args.startup_timeout),
                                                     ("grace", args.grace),
-                                                    ("stall_timeout", args.stall_timeout)) if v}
-    if args.stall_timeout == "off":
-        rendezvous["stall_timeout"] = None
+                                                    ("stall_timeout", args.stall_timeout),
+                                                    ("exit_timeout", args.exit_timeout)) if v}
+    for key in ("stall_timeout", "exit_timeout"):
+        if rendezvous.get(key) == "off":
+            rendezvous[key] = None
     if rendezvous:
         data["rendezvous"] = rendezvous
     if args.container or args.mounts:

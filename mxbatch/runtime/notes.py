@@ -1,8 +1,10 @@
 """Supervisor notes: the lines a supervisor adds to its task's log, among the role's
-own output, and the one place their format is spelled.
+own output, and the one place their format is spelled; the role hook's report lines too.
 
 A note is ``mxbatch supervisor <role>[<rank>]: <message>``; a teardown note (the job is
-being stopped because of another task) has the message ``stopping: <reason>``.
+being stopped because of another task) has the message ``stopping: <reason>``. The role
+hook (``pyhook``, inside the role's own interpreter) writes ``mxbatch hook
+<role>[<rank>]: <event> <JSON>`` on the role's stderr (``hook_line``).
 Readers use ``is_note`` and ``is_teardown`` to tell them from the role's output (the
 failure summary quotes the role's own last lines; streamed logs show a failing task's
 output before the teardown notes of the others). Standard library only.
@@ -12,6 +14,8 @@ from typing import Optional
 
 PREFIX = "mxbatch supervisor "
 STOPPING = "stopping: "
+#: the start of a role hook's report line
+HOOK_PREFIX = "mxbatch hook "
 
 
 def note(label: str, message: str) -> str:
@@ -19,9 +23,15 @@ def note(label: str, message: str) -> str:
     return "%s%s: %s\n" % (PREFIX, label, message)
 
 
+def hook_line(label: str, event: str, payload: str) -> str:
+    """A role hook's report line (with its newline): ``payload`` is JSON text."""
+    return "%s%s: %s %s\n" % (HOOK_PREFIX, label, event, payload)
+
+
 def is_note(line: str) -> bool:
-    """Whether ``line`` (a log line, prefixed or not by ``role[rank] | ``) is a note."""
-    return _after_prefix(line) is not None
+    """Whether ``line`` (a log line, prefixed or not by ``role[rank] | ``) is a note, or
+    a role hook's report line."""
+    return _after_prefix(line) is not None or _after_prefix(line, HOOK_PREFIX) is not None
 
 
 def is_teardown(line: str) -> bool:
@@ -30,12 +40,12 @@ def is_teardown(line: str) -> bool:
     return rest is not None and rest.startswith(STOPPING)
 
 
-def _after_prefix(line: str) -> Optional[str]:
+def _after_prefix(line: str, prefix: str = PREFIX) -> Optional[str]:
     """The message of a note line (``None`` if it is none)."""
-    start = line.find(PREFIX)
+    start = line.find(prefix)
     if start < 0 or start > 80:
         return None
-    label, sep, message = line[start + len(PREFIX):].partition(": ")
+    label, sep, message = line[start + len(prefix):].partition(": ")
     if not sep or not label.endswith("]") or "[" not in label:
         return None
     return message

@@ -63,6 +63,10 @@ class RunPlan:
     # a role stopped, or a worker without CPU or output, this long fails the job
     # (None: never)
     stall_timeout_s: Optional[float] = 1800.0
+    # a role still running this long after its hook said its code had finished is ended
+    # (MXNet's exit hang); a worker using no CPU and writing nothing this long while
+    # another worker has finished fails the job (a dist_sync deadlock). None: neither
+    exit_timeout_s: Optional[float] = 60.0
     # how often supervisors look for the abort record: often on one machine, about
     # once a second on shared storage
     abort_poll_s: float = DEFAULT_ABORT_POLL_S

@@ -1,28 +1,49 @@
-"""The ``sitecustomize`` that makes an uncaught Python exception end a role at once.
+"""The ``sitecustomize`` every role's Python runs first: it ends a role at once on an
+uncaught exception, and reports what the role runs and when its code has finished.
 
-Plain MXNet prints the traceback and then blocks forever in the kvstore's exit
-barrier, so every other role blocks too. The hook prints the traceback,
-flushes and ``os._exit(1)``; an ``atexit`` handler restores the default hook so
-a clean interpreter exit is untouched (a custom hook left installed at exit
-made MXNet abort with 134). Any ``sitecustomize`` that was already on the path
-is still imported after ours.
+- **Exceptions.** Plain MXNet prints the traceback and then blocks forever in the
+  kvstore's exit barrier, so every other role blocks too. The hook prints the
+  traceback, flushes and ``os._exit(1)``; an ``atexit`` handler restores the default
+  hook so a clean interpreter exit is untouched (a custom hook left installed at exit
+  made MXNet abort with 134).
+- **Reports** (``rolehook`` reads them), one line each on the role's stderr (fd 2,
+  unbuffered), by one process per role: the first Python process of the role claims
+  the role (``wire.HOOK_OWNER``: its pid, which its children inherit and so stay
+  silent; a later process claims it again once the claimer is gone, or after an
+  ``exec``). ``started``: before the script runs, its pid, Python's version and path,
+  and MXNet's version and path found without importing it (the package's location
+  from the import system, the version from its ``libinfo.py``, else from a
+  ``mxnet*.dist-info`` beside it). ``finished``: the script's own code has finished,
+  its non-daemon threads too: a wrapper of ``threading._shutdown``, which the
+  interpreter calls before ``atexit`` handlers and module teardown (where MXNet's
+  ``_notify_shutdown`` and ``KVStore.__del__`` hang). An uncaught exception,
+  ``os._exit`` or a signal reports no ``finished``; ``sys.exit(n)`` does (the hook
+  cannot see ``n``).
+
+Any ``sitecustomize`` that was already on the path is still imported after ours. The
+text runs on any Python the role may use (3.8 and later), and nothing it does may
+raise into the role.
 """
 
 import os
 
+from . import notes, wire
 from .files import atomic_write
 
-SITECUSTOMIZE = r'''
-"""mxbatch: exit at once on an uncaught exception (MXNet would hang). Chains to any other."""
+_TEMPLATE = r'''
+"""mxbatch: exit at once on an uncaught exception (MXNet would hang); report this role's
+Python and MXNet, and when its code has finished. Chains to any other sitecustomize."""
 import atexit
 import os
 import sys
+
+_mxbatch_owner = None  # this process's pid when it reports for the role
 
 
 def _mxbatch_excepthook(kind, value, tb):
     try:
         sys.__excepthook__(kind, value, tb)
-        sys.stderr.write("mxbatch: uncaught %s: exiting with code 1\n" % kind.__name__)
+        sys.stderr.write("mxbatch: uncaught %%s: exiting with code 1\n" %% kind.__name__)
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
@@ -32,6 +53,116 @@ def _mxbatch_excepthook(kind, value, tb):
 def _mxbatch_restore():
     if sys.excepthook is _mxbatch_excepthook:
         sys.excepthook = sys.__excepthook__
+
+
+def _mxbatch_json(value):
+    """JSON of a str, int or None (the json module costs 10 ms to import)."""
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return str(value)
+    return '"%%s"' %% "".join(c if c >= " " and c not in '"\\' else "\\u%%04x" %% ord(c)
+                             for c in value)
+
+
+def _mxbatch_say(event, data):
+    try:
+        label = "%%s[%%s]" %% (os.environ.get(%(role)r, "role"), os.environ.get(%(rank)r, "?"))
+        payload = ", ".join("%%s: %%s" %% (_mxbatch_json(k), _mxbatch_json(data[k]))
+                            for k in sorted(data))
+        line = %(prefix)r + label + ": " + event + " {" + payload + "}\n"
+        os.write(2, line.encode("utf-8", "replace"))
+    except Exception:
+        pass
+
+
+def _mxbatch_claim():
+    """Whether this process reports for the role (see pyhook's docstring)."""
+    me = os.getpid()
+    claimed = os.environ.get(%(owner)r, "")
+    if claimed.isdigit() and int(claimed) != me:
+        try:
+            os.kill(int(claimed), 0)
+            return False
+        except ProcessLookupError:
+            pass
+        except OSError:
+            return False
+    os.environ[%(owner)r] = str(me)
+    return True
+
+
+def _mxbatch_script_dir():
+    """sys.path[0] as the interpreter will set it, after this hook."""
+    first = sys.argv[0] if sys.argv else ""
+    if first in ("", "-c", "-m") or not os.path.isfile(first):
+        return os.getcwd()
+    return os.path.dirname(os.path.realpath(first))
+
+
+def _mxbatch_mxnet_version(package):
+    try:
+        with open(os.path.join(package, "libinfo.py")) as handle:
+            for line in handle:
+                name, sep, value = line.partition("=")
+                if sep and name.strip() == "__version__":
+                    return value.strip().strip("'\"")
+    except (OSError, UnicodeDecodeError):
+        pass
+    try:
+        for name in sorted(os.listdir(os.path.dirname(package))):
+            if name.lower().startswith("mxnet") and name.endswith(".dist-info"):
+                return name[:-len(".dist-info")].rpartition("-")[2]
+    except OSError:
+        pass
+    return None
+
+
+def _mxbatch_mxnet():
+    """(version, package directory) of the mxnet the script would import, or Nones: the
+    script's directory first (sys.path[0] is not set yet), then the import system's
+    finders (importlib.util costs 30 ms to import)."""
+    try:
+        from importlib.machinery import PathFinder
+        spec = PathFinder.find_spec("mxnet", [_mxbatch_script_dir()])
+        for finder in [] if spec is not None else sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find("mxnet", None) if find is not None else None
+            if spec is not None:
+                break
+        places = list(spec.submodule_search_locations or []) if spec is not None else []
+    except Exception:
+        return None, None
+    if not places:
+        return None, None
+    package = os.path.abspath(places[0])
+    return _mxbatch_mxnet_version(package), package
+
+
+def _mxbatch_report_start():
+    global _mxbatch_owner
+    if not _mxbatch_claim():
+        return
+    _mxbatch_owner = os.getpid()
+    version, package = _mxbatch_mxnet()
+    _mxbatch_say(%(started)r, {"pid": _mxbatch_owner,
+                               "python": "%%d.%%d.%%d" %% tuple(sys.version_info[:3]),
+                               "python_path": sys.executable or "", "mxnet": version,
+                               "mxnet_path": package})
+    try:
+        import threading
+        original = threading._shutdown
+    except (ImportError, AttributeError):
+        return
+
+    def _mxbatch_shutdown():
+        try:
+            original()
+        finally:
+            if os.getpid() == _mxbatch_owner:
+                _mxbatch_say(%(finished)r, {"pid": _mxbatch_owner})
+
+    threading._shutdown = _mxbatch_shutdown
 
 
 def _mxbatch_chain():
@@ -52,8 +183,14 @@ def _mxbatch_chain():
 
 sys.excepthook = _mxbatch_excepthook
 atexit.register(_mxbatch_restore)
+_mxbatch_report_start()
 _mxbatch_chain()
 '''
+
+#: the text of ``sitecustomize.py``
+SITECUSTOMIZE = _TEMPLATE % {"role": wire.ROLE, "rank": wire.RANK, "owner": wire.HOOK_OWNER,
+                             "prefix": notes.HOOK_PREFIX, "started": wire.HookEvent.STARTED.value,
+                             "finished": wire.HookEvent.FINISHED.value}
 
 
 def install(directory: str) -> str:

@@ -67,7 +67,8 @@ class EndReason(str, enum.Enum):
     SUCCEEDED = "succeeded"
     FAILURE = "failure"                    # a role exited non-zero (or could not start)
     STALL = "stall"                        # a role stopped, or a worker silent and idle
-    EXIT_HANG = "exit_hang"                # ended by force after its code had finished
+    EXIT_HANG = "exit_hang"                # a worker blocked after another's code finished
+    #                                        (a dist_sync deadlock: the job cannot end)
     STARTUP_DEADLINE = "startup_deadline"  # tasks had not started by the deadline
     PREEMPTED = "preempted"                # the cluster took the resources back
     WALLTIME = "walltime"                  # the time limit (less the checkpoint lead)
@@ -104,6 +105,9 @@ class SchedulerRecord:
     attempt: int = 1
     listening: bool = False
     ended: bool = False
+    # what the scheduler's role runs, as its hook reported it before it listened
+    # (``rolehook.RoleEnvironment``; empty: not known): every member compares its own
+    environment: Dict[str, Any] = field(default_factory=dict)
 
     @property
     def joinable(self) -> bool:
@@ -161,6 +165,13 @@ class TaskRecord:
     # where a server or worker listens (``ip:port``), when its supervisor chose the port:
     # ps-lite's rank order follows it (``backends.psrank``)
     address: str = ""
+    # what the role runs, as its hook reported it (``rolehook.RoleEnvironment``)
+    environment: Dict[str, Any] = field(default_factory=dict)
+    # when the role's hook said the script's own code had finished (None: not, or no hook)
+    code_finished_at: Optional[float] = None
+    # the role was still running this long after its code had finished, and its
+    # supervisor ended it (``rendezvous.exit_timeout``: MXNet's exit hang)
+    exit_hang_s: Optional[float] = None
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)

@@ -33,7 +33,14 @@ Contract of a role process:
 - the role's environment carries the job's attempt (``MXBATCH_ATTEMPT``,
   ``MXBATCH_RESTART_REASON``);
 - to stop, the group gets SIGTERM (and SIGCONT, which a stopped process needs to see
-  it), then SIGKILL after the grace period.
+  it), then SIGKILL after the grace period;
+- the role's hook (``pyhook``) reports on its stderr what the role runs and when its
+  code has finished (``rolehook``): the runner keeps both in the record; a member whose
+  Python or MXNet differs from the scheduler's (``SchedulerRecord.environment``) fails
+  at once, as a start-up failure; a role still running ``exit_timeout`` after its code
+  finished (MXNet's exit hang) is ended, SUCCEEDED, with ``exit_hang_s`` in its record
+  (unless the process that reported it has ended meanwhile: a command of several
+  Python programs goes on).
 
 With ``plan.container`` the role process is the container runtime's client
 (``runtime.container``): it gets SIGTERM rather than SIGKILL when the agent dies (docker
@@ -61,6 +68,7 @@ from .metrics import MetricReader
 from .planfile import RunPlan, TaskInfo
 from .procstat import GroupStat
 from .rendezvous import Backoff, Rendezvous
+from .rolehook import HookReader, HookReport, RoleEnvironment, mismatch_reason
 from .roles import Role
 from .states import (
     AbortKind,
@@ -199,6 +207,11 @@ class TaskRunner:
         self._escalated = False  # SIGKILL after the grace period was sent
         self._walltime_said = False
         self._metrics = MetricReader()
+        # the role hook's reports: (pid, monotonic time) of the finished code, if any;
+        # why the role cannot run with the others (its environment), if it cannot
+        self._hook = HookReader()
+        self._finished: Optional[Tuple[int, float]] = None
+        self._mismatch: Optional[str] = None
 
     @property
     def label(self) -> str:
@@ -226,6 +239,29 @@ class TaskRunner:
         if self._metrics.feed(data, time.time()):
             self.record.metrics = dict(self._metrics.latest)
             self.record.metrics_at = self._metrics.changed_at
+        for report in self._hook.feed(data):
+            self._on_report(report, mono)
+
+    def _on_report(self, report: HookReport, mono: float) -> None:
+        """The role's hook said something: its environment (a new Python program of the
+        role started: its code runs again), or that its code has finished."""
+        self.dirty = True
+        if report.event is wire.HookEvent.FINISHED:
+            self._finished = (report.pid, mono)
+            self.record.code_finished_at = time.time()
+            return
+        self._finished = None
+        self.record.code_finished_at = None
+        mine = report.environment
+        if mine is None:
+            return
+        self.record.environment = mine.to_dict()
+        scheduler = RoleEnvironment.parse(self._scheduler.environment
+                                          if self._scheduler is not None else None)
+        if scheduler is not None and mine.mismatch(scheduler):
+            self._mismatch = mismatch_reason(self.label, mine,
+                                             self.plan.tasks_of(Role.SCHEDULER)[0].label,
+                                             scheduler)
 
     def drain_output(self, mono: float) -> None:
         """Copy what the role has written and the agent has not read yet into the log,
@@ -397,9 +433,16 @@ class TaskRunner:
 
     def _run(self, wall: float, mono: float, workers_done_seen: Optional[float]) -> None:
         assert self.proc is not None
+        if self._mismatch is not None:  # before its exit: the mismatch may be why
+            failed = self.fail(self._mismatch, wall, mono)
+            failed.abort.startup = True  # never worth a restart
+            raise failed
         code = self.proc.poll()
         if code is not None:
             self._exited(code, wall, mono)
+            return
+        self._check_exit_hang(wall, mono)
+        if self.phase is not Phase.RUNNING:
             return
         if self.container is not None:
             self.container.poll(mono)
@@ -411,6 +454,34 @@ class TaskRunner:
             self.say("still running %gs after every worker succeeded: stopping it"
                      % self.plan.grace_s)
             self.stop(TaskState.SUCCEEDED, "stopped after every worker succeeded", wall, mono)
+
+    def _check_exit_hang(self, wall: float, mono: float) -> None:
+        """End the role, SUCCEEDED, when it still runs ``exit_timeout`` after its code
+        finished, and the process that said so still lives."""
+        timeout = self.plan.exit_timeout_s
+        if self._finished is None or not timeout:
+            return
+        pid, since = self._finished
+        hung = mono - since
+        if hung < timeout:
+            return
+        if not self._alive(pid):
+            self._finished = None  # that program ended; the role's command goes on
+            return
+        self.record.exit_hang_s = round(hung, 1)
+        self.say("still running %gs after its code finished (MXNet's exit hang; "
+                 "rendezvous.exit_timeout): ending it" % timeout)
+        self.stop(TaskState.SUCCEEDED, "ended %ds after its code finished (exit hang)"
+                  % round(hung), wall, mono)
+
+    def _alive(self, pid: int) -> bool:
+        """Whether process ``pid`` of the role (as its hook saw its own pid) still runs;
+        True when that cannot be told (a docker or podman container: another pid
+        namespace)."""
+        assert self.proc is not None
+        if self.container is not None and self.container.daemon:
+            return True
+        return pid in procstat.members(self.proc.pid)
 
     def _check_walltime(self, wall: float, mono: float) -> None:
         """The task's walltime: with restarts on, the attempt ends ``checkpoint_lead``
@@ -486,7 +557,9 @@ class TaskRunner:
         self._next_listen_check = mono + LISTEN_CHECK_S
         state = self._port_state(published)
         if state is not None and state.holder is listeners.Holder.ROLE:
-            self._published = SchedulerRecord(**dict(published.to_dict(), listening=True))
+            self.drain_output(mono)  # the hook's report, for the members to compare
+            self._published = SchedulerRecord(**dict(published.to_dict(), listening=True,
+                                                     environment=self.record.environment))
             self.rdv.publish_scheduler(self._published)
             if self.record.reached_at is None:
                 self.record.reached_at = wall

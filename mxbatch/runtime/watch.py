@@ -7,6 +7,10 @@ decides, through ``JobWatch``:
 - the startup deadline: tasks still PENDING when it passed;
 - lost tasks: an active task whose heartbeat has not changed for
   ``heartbeat_timeout`` (its supervisor is gone: killed, or its host is);
+- a dist_sync deadlock: a worker has finished its code (its hook said so, or it
+  succeeded) while another, which had reached the scheduler, has used no CPU and
+  written no output for ``exit_timeout``: it waits in a push, pull or barrier for a
+  worker that will never send again (uneven batches per worker, apache/mxnet#7888);
 - stalls: a role stopped (SIGSTOP, a frozen host) for ``stall_timeout``, or a worker
   that has used no CPU and written no output for that long;
 - when every worker has succeeded (then servers and the scheduler may end);
@@ -152,6 +156,40 @@ def stall_abort(plan: RunPlan, records: Dict[TaskKey, TaskRecord], by: str
         extra={"stalled": [_label(r) for r, _ in stalls]})
 
 
+def _finished(record: TaskRecord) -> bool:
+    """The role's own code has finished: its hook said so, or it succeeded."""
+    return record.code_finished_at is not None or record.state is TaskState.SUCCEEDED
+
+
+def deadlock_abort(plan: RunPlan, records: Dict[TaskKey, TaskRecord], by: str
+                   ) -> Optional[AbortRecord]:
+    """The abort for a worker blocked since another worker finished its code (see the
+    module docstring), the longest idle one named; None if there is none."""
+    timeout = plan.exit_timeout_s
+    if not timeout:
+        return None
+    workers = [records[(t.role, t.rank)] for t in plan.tasks_of(Role.WORKER)
+               if (t.role, t.rank) in records]
+    finished = [r for r in workers if _finished(r)]
+    blocked = [r for r in workers
+               if r.state.active and not _finished(r) and r.reached_at is not None
+               and r.idle_s >= timeout and not r.stopped_s]
+    if not finished or not blocked:
+        return None
+    first = max(blocked, key=lambda r: r.idle_s)
+    names = [_label(r) for r in finished]
+    shown = ", ".join(names[:STALL_REASON_TASKS]) + (
+        " and %d more" % (len(names) - STALL_REASON_TASKS) if len(names) > STALL_REASON_TASKS
+        else "")
+    return AbortRecord(
+        kind=AbortKind.FAILED, by=by, role=first.role, rank=first.rank, log=first.log,
+        end=EndReason.EXIT_HANG,
+        reason="%s finished; %s blocked in a kvstore call for %ds: the workers ran different "
+               "numbers of batches (no CPU and no output; rendezvous.exit_timeout %gs)"
+               % (shown, _label(first), first.idle_s, timeout),
+        extra={"finished": names, "blocked": [_label(r) for r in blocked]})
+
+
 class JobWatch:
     """The watcher's decisions (see the module docstring)."""
 
@@ -172,7 +210,8 @@ class JobWatch:
         stale = self.heartbeats.stale(records, mono)
         if stale:
             return lost_abort(stale[0], self.plan.heartbeat_timeout_s, by=self.by)
-        abort = stall_abort(self.plan, records, by=self.by)
+        abort = (deadlock_abort(self.plan, records, by=self.by)
+                 or stall_abort(self.plan, records, by=self.by))
         if abort is not None:
             return abort
         if self.workers_done_at is None and workers_succeeded(self.plan, records):

@@ -29,6 +29,10 @@ RESTART_REASON = "MXBATCH_RESTART_REASON"
 #: a line a role prints to report metrics: ``MXBATCH_METRIC samples_per_sec=123.4``
 METRIC_LINE = "MXBATCH_METRIC"
 
+#: the role hook's claim: the pid of the one Python process of a role that reports for it
+#: (the first one started; its children see the variable and stay silent)
+HOOK_OWNER = "MXBATCH_HOOK_PID"
+
 #: the prefixes of mxbatch's and ps-lite's variables: never inherited from the submitter
 OWN_PREFIXES = ("DMLC_", "MXBATCH_")
 
@@ -55,6 +59,18 @@ RENDEZVOUS_VARIABLES = (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NODE_HOST)
 def rendezvous_environment(ip: str, port: int, node_host: str) -> dict:
     """The variables a role needs to find the scheduler and advertise itself."""
     return {DMLC_PS_ROOT_URI: ip, DMLC_PS_ROOT_PORT: str(port), DMLC_NODE_HOST: node_host}
+
+
+# ------------------------------------------------------------ the role hook's reports
+
+
+class HookEvent(str, enum.Enum):
+    """What a role's hook (``pyhook``) reports on the role's stderr, in a line
+    ``mxbatch hook <role>[<rank>]: <event> <JSON>`` (``notes.hook_line``; read by
+    ``rolehook.HookReader``)."""
+
+    STARTED = "started"    # before the script runs: pid, Python and MXNet versions and paths
+    FINISHED = "finished"  # the script's own code has finished (its threads too): pid
 
 
 # ------------------------------------------------------------- the ssh channel's messages

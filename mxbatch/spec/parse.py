@@ -475,13 +475,20 @@ def _rendezvous(value: Any, key_path: KeyPath, locations: Locations,
         grace_s=section.take("grace", duration, defaults.grace_s),
         heartbeat_timeout_s=section.take("heartbeat_timeout", duration,
                                          defaults.heartbeat_timeout_s),
-        stall_timeout_s=(None if "stall_timeout" in section.data
-                         and section.data["stall_timeout"] is None
-                         else section.take("stall_timeout", duration, defaults.stall_timeout_s)),
+        stall_timeout_s=_duration_or_null(section, "stall_timeout", defaults.stall_timeout_s),
+        exit_timeout_s=_duration_or_null(section, "exit_timeout", defaults.exit_timeout_s),
     )
-    section.known.append("stall_timeout")
     section.finish()
     return result
+
+
+def _duration_or_null(section: "_Section", key: str,
+                      default: Optional[float]) -> Optional[float]:
+    """A duration key of ``section`` that may be null (off)."""
+    if key in section.data and section.data[key] is None:
+        section.known.append(key)
+        return None
+    return section.take(key, lambda v, _: parse_duration(v), default)
 
 
 def _restarts(value: Any, key_path: KeyPath, locations: Locations,

@@ -110,6 +110,13 @@ class RendezvousSpec:
         "a stopped role, or a worker using no CPU and writing no output, this long fails "
         "the job; null: never", key="stall_timeout", type="duration or null",
         default_text="30m", default=1800.0)
+    #: a role still running this long after its code finished is ended (exit hang)
+    exit_timeout_s: Optional[float] = spec_field(
+        "a role still running this long after its script's code finished (MXNet's exit "
+        "hang) is ended, and counts as succeeded; a worker using no CPU and writing no "
+        "output this long while another worker has finished fails the job (a dist_sync "
+        "deadlock); null: neither; launch --exit-timeout",
+        key="exit_timeout", type="duration or null", default_text="60s", default=60.0)
 
 
 @dataclasses.dataclass(frozen=True)
