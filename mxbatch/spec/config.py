@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import SpecError, did_you_mean
+from . import inputfile
 from . import parse as specs
 from .located import KeyPath, Locations, Origin, load_located
 from .paths import CONFIG_ENV, config_path
@@ -104,15 +105,12 @@ def load_config(path: Optional[Path] = None) -> SiteConfig:
     path = config_path() if path is None else path
     if path is None:
         return SiteConfig(path=None)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    text = inputfile.read_text(path, "the config file", missing_ok=True)
+    if text is None:
         if os.environ.get(CONFIG_ENV):
             raise SpecError(f"no such config file ({CONFIG_ENV}={os.environ[CONFIG_ENV]})",
-                            path=path) from None
+                            path=path)
         return SiteConfig(path=path)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read the config file: {exc}", path=path) from None
     data, locations = load_located(text, path)
     if data is None:
         return SiteConfig(path=path)
@@ -246,10 +244,7 @@ def load_job(spec_file: Path, *, profile: Optional[str] = None,
              site: Optional[SiteConfig] = None) -> JobSpec:
     """The job spec at ``spec_file`` over the site's defaults and profile (validated)."""
     spec_file = Path(spec_file)
-    try:
-        text = spec_file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read the job spec: {exc}", path=spec_file) from None
+    text = inputfile.read_text(spec_file, "the job spec") or ""
     data, locations = load_located(text, spec_file)
     layers = (site or load_config()).layers(profile)
     if not layers or not isinstance(data, dict):  # a non-mapping spec fails in specs

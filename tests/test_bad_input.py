@@ -1,0 +1,203 @@
+"""Bad input and broken storage (issue 18, bugs 10-12): a clear error and exit 2, not an
+internal error (70), a hang or a machine's worth of memory; every case made for real (a
+symlink loop, a FIFO, /dev/zero, a 100 MB line, a directory where a log should be)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Tuple
+
+import pytest
+
+from mxbatch.jobs.follow import LogTail
+from mxbatch.runtime import logfile
+from mxbatch.spec.inputfile import MAX_INPUT_BYTES
+
+from .conftest import Cli, assert_no_processes
+from .test_local import fake_spec
+
+#: how long a command that must refuse its input may take (a hang fails the test)
+REFUSE_TIMEOUT_S = 60
+
+
+def refused(cli: Cli, *args: str, env=None, cwd=None) -> subprocess.CompletedProcess:
+    """Run a command that must refuse its input: exit 2, no traceback, no internal error."""
+    try:
+        result = cli.run(*args, env=env, cwd=cwd, timeout=REFUSE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"mxbatch {' '.join(args)} hung on its input")
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    return result
+
+
+def symlink_loop(tmp_path: Path) -> Path:
+    """A path through two links that point at each other."""
+    (tmp_path / "loop-a").symlink_to(tmp_path / "loop-b")
+    (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")
+    return tmp_path / "loop-a" / "inside"
+
+
+# ------------------------------------------------------------------ bug 10: exit 2, not 70
+
+
+@pytest.mark.parametrize("where", ["workdir", "rendezvous.dir", "MXBATCH_HOME"])
+def test_a_symlink_loop_is_exit_2_naming_the_place(cli, tmp_path, where):
+    loop = symlink_loop(tmp_path)
+    spec = tmp_path / "job.yaml"
+    env = {}
+    if where == "workdir":
+        spec.write_text(f"command: ['true']\nworkdir: {loop}\n")
+        expected = f"job.yaml:2: workdir: {loop} is behind a symlink loop"
+    elif where == "rendezvous.dir":
+        spec.write_text(f"command: ['true']\nrendezvous: {{dir: {loop}}}\n")
+        expected = f"job.yaml:2: rendezvous.dir: {loop} is behind a symlink loop"
+    else:
+        spec.write_text("command: ['true']\n")
+        env = {"MXBATCH_HOME": str(loop)}
+        expected = "Too many levels of symbolic links"
+    for command in (["render", str(spec)], ["submit", str(spec)],
+                    ["launch", "--workdir", str(loop), "--", "true"]):
+        if command[0] == "render" and where == "MXBATCH_HOME":
+            continue  # render creates nothing: it needs no MXBATCH_HOME
+        result = refused(cli, *command, env=env)
+        if command[0] == "launch":
+            assert f"workdir: {loop} is behind a symlink loop" in result.stderr
+        else:
+            assert expected in result.stderr, result.stderr
+    if where == "MXBATCH_HOME":
+        for command in (["list"], ["status", "job-0123abcd"]):
+            result = refused(cli, *command, env=env)
+            assert "MXBATCH_HOME" in result.stderr and "symlink loop" in result.stderr
+    assert cli.run_dirs() == []
+
+
+def test_a_job_id_that_is_no_job_id_never_reaches_a_path(cli, tmp_path):
+    """``../../x`` would be ``$MXBATCH_HOME/jobs/../../x.json``: a record-like file
+    there is never read, whatever the command."""
+    planted = cli.home.parent / "x.json"
+    planted.write_text(json.dumps({"job_id": "x", "backend": "local",
+                                   "run_dir": str(tmp_path / "elsewhere")}))
+    for args in (["status", "../../x"], ["logs", "../../x"], ["wait", "../../x"],
+                 ["cancel", "../../x"], ["status", "x/../../../x"], ["status", "job"],
+                 ["logs", "-f", "/etc/passwd"]):
+        result = refused(cli, *args)
+        assert "is not a job id" in result.stderr and "elsewhere" not in result.stderr
+    # a well-formed id that names no job is still "no such job" (exit 4)
+    assert cli.run("status", "nosuch-0123abcd").returncode == 4
+
+
+@pytest.fixture
+def ended_job(cli, tmp_path) -> str:
+    """A job of stand-in roles that has ended (its logs are all there)."""
+    result = cli.run("submit", "--wait", str(fake_spec(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()[0]
+
+
+def test_logs_when_a_log_is_a_directory_is_exit_2(cli, ended_job):
+    log = cli.run_dir(ended_job) / "logs" / "worker-0.log"
+    log.unlink()
+    log.mkdir()
+    for extra in ([], ["--role", "worker"], ["--tail", "3"], ["-f"], ["--timestamps"]):
+        result = refused(cli, "logs", ended_job, *extra)
+        assert str(log) in result.stderr, result.stderr
+        assert result.stdout == ""  # said before anything is printed
+    shown = cli.run("logs", ended_job, "--role", "server")  # the other logs still show
+    assert shown.returncode == 0 and "server[0]: starting" in shown.stdout
+
+
+# ------------------------------------------------------------------ bug 11: hangs, memory
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "too-big"])
+def test_a_spec_or_config_file_that_is_no_small_regular_file_is_refused(cli, tmp_path, kind):
+    """A FIFO (nobody writes: reading it would block), /dev/zero (never ends), a
+    directory, a file over 10 MB: exit 2 at once naming the file, as spec and as
+    config file (``MXBATCH_CONFIG``), for render, submit and launch."""
+    if kind == "fifo":
+        path = tmp_path / "fifo.yaml"
+        os.mkfifo(path)
+        why = "it is a FIFO, not a regular file"
+    elif kind == "dev-zero":
+        path, why = Path("/dev/zero"), "it is a character device, not a regular file"
+    elif kind == "directory":
+        path, why = tmp_path / "folder.yaml", "it is a directory, not a regular file"
+        path.mkdir()
+    else:
+        path, why = tmp_path / "huge.yaml", "it is larger than 10 MB"
+        with open(path, "wb") as handle:
+            handle.write(b"# " + b"x" * MAX_INPUT_BYTES + b"\ncommand: ['true']\n")
+    good = fake_spec(tmp_path)
+    attempts: List[Tuple[List[str], dict, str]] = [
+        (["render", "--backend", "local", str(path)], {}, "the job spec"),
+        (["submit", str(path)], {}, "the job spec"),
+        (["render", str(good)], {"MXBATCH_CONFIG": str(path)}, "the config file"),
+        (["launch", "--", "true"], {"MXBATCH_CONFIG": str(path)}, "the config file"),
+    ]
+    for args, env, what in attempts:
+        if kind == "directory" and what == "the job spec":
+            continue  # click refuses a directory as SPEC_FILE itself (exit 2)
+        result = refused(cli, *args, env=env, cwd=tmp_path)
+        assert f"{path}: cannot read {what}: {why}" in result.stderr, result.stderr
+    assert cli.run_dirs() == []
+
+
+def _peak_rss_mib(cli: Cli, *args: str) -> Tuple[int, float]:
+    """Run ``mxbatch ARGS`` (its output thrown away) under a small Python that reports
+    the largest resident set among the processes it waited for: the CLI, and the agent
+    and roles it supervises (``RUSAGE_CHILDREN``)."""
+    probe = ("import resource, subprocess, sys\n"
+             "code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode\n"
+             "print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+    result = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "mxbatch",
+                             *args], capture_output=True, text=True, env=cli.env, timeout=300)
+    code, rss_kib = result.stdout.split()
+    return int(code), int(rss_kib) / 1024
+
+
+#: a role's line of 100 MiB without a newline
+LINE_MIB = 100
+#: what a reader of that job's output may use at most (the CLI alone needs ~40 MiB)
+RSS_LIMIT_MIB = 90
+
+
+def test_a_100_mb_line_without_a_newline_costs_no_memory(cli, tmp_path):
+    """The worker prints 100 MiB without a newline: the attached launch (the agent's
+    pipe reader and the streamed logs) and every way ``logs`` reads it stay far below
+    the line's size (before the fix: 430-640 MiB), and nothing of it is lost."""
+    script = (f'if [ "$DMLC_ROLE" = worker ]; then head -c {LINE_MIB << 20} /dev/zero '
+              f'| tr "\\0" x; fi')
+    code, rss = _peak_rss_mib(cli, "launch", "--name", "longline", "-n", "1", "-s", "1",
+                              "--", "sh", "-c", script)
+    assert code == 0 and rss < RSS_LIMIT_MIB, (code, rss)
+    job = next(cli.home.joinpath("jobs").glob("longline-*.json")).stem
+    for extra in ([], ["--role", "worker"], ["--tail", "1"], ["-f"], ["--timestamps"]):
+        code, rss = _peak_rss_mib(cli, "logs", job, *extra)
+        assert code == 0 and rss < RSS_LIMIT_MIB, (extra, code, rss)
+    log = cli.run_dir(job) / "logs" / "worker-0.log"
+    with open(log, "rb") as handle:
+        pieces = list(logfile.read_lines(handle))
+    assert sum(map(len, pieces)) == log.stat().st_size > LINE_MIB << 20
+    assert len(pieces) > LINE_MIB and max(map(len, pieces)) < 2 * logfile.MAX_LINE
+    assert_no_processes(job)
+
+
+def test_a_long_line_is_read_in_pieces_at_the_right_offsets(tmp_path, monkeypatch):
+    monkeypatch.setattr(logfile, "READ_CHUNK", 4)
+    monkeypatch.setattr(logfile, "BACK_CHUNK", 3)
+    path = tmp_path / "task.log"
+    path.write_bytes(b"one\n" + b"a" * 10 + b"\nlast")
+    tail = LogTail(path, "")
+    tail._lines = logfile.LineSplitter(max_line=4)
+    lines = list(tail.read_lines()) + list(tail.read_lines(final=True))
+    assert lines == [(0, "one"), (4, "aaaa"), (8, "aaaa"), (12, "aa"), (15, "last")]
+    for count, offset in ((0, 19), (1, 15), (2, 4), (3, 0), (9, 0)):
+        tail.skip_to_last(count)
+        assert tail.offset == offset, count
+    with open(path, "rb") as handle:
+        assert list(logfile.newlines_backwards(handle, 19)) == [14, 3]
