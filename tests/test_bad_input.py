@@ -1,11 +1,13 @@
 """Bad input and broken storage (issue 18, bugs 10-12): a clear error and exit 2, not an
 internal error (70), a hang or a machine's worth of memory; every case made for real (a
-symlink loop, a FIFO, /dev/zero, a 100 MB line, a directory where a log should be)."""
+symlink loop, a FIFO, /dev/zero, a 100 MB line, a directory where a log should be,
+parallel cancels). And small truths: what a command says is what happened."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,9 +17,10 @@ import pytest
 
 from mxbatch.jobs.follow import LogTail
 from mxbatch.runtime import logfile
+from mxbatch.runtime.layout import RunLayout
 from mxbatch.spec.inputfile import MAX_INPUT_BYTES
 
-from .conftest import Cli, assert_no_processes
+from .conftest import Cli, assert_no_processes, task_record, wait_for
 from .test_local import fake_spec
 
 #: how long a command that must refuse its input may take (a hang fails the test)
@@ -201,3 +204,103 @@ def test_a_long_line_is_read_in_pieces_at_the_right_offsets(tmp_path, monkeypatc
         assert tail.offset == offset, count
     with open(path, "rb") as handle:
         assert list(logfile.newlines_backwards(handle, 19)) == [14, 3]
+
+
+# ------------------------------------------------------------------ bug 12: small truths
+
+
+def _json_of(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    return json.loads(out)
+
+
+def test_parallel_cancels_each_say_what_they_found(cli, tmp_path):
+    """Two cancels of one job: the second finds it CANCELLED with a task still stopping
+    (the worker ignores SIGTERM until told). It says it had already ended, in the state
+    it found (never ``already_ended: false`` with ``state_before: CANCELLED``)."""
+    stop = tmp_path / "stop"
+    worker = ["sh", "-c", f"trap '' TERM; while [ ! -e '{stop}' ]; do sleep 0.1; done"]
+    job = cli.submit(fake_spec(tmp_path, worker_command=worker, grace="120s"))
+    run_dir = cli.run_dir(job)
+    wait_for(lambda: (task_record(run_dir, "worker", 0) or {}).get("state") == "RUNNING",
+             60, "the worker to run")
+    first = cli.popen("cancel", job, "--json")
+    seen = wait_for(lambda: (lambda s: s if s["state"] == "CANCELLED" else None)(
+        cli.status(job)), 60, "the first cancel's abort")
+    assert not seen["terminal"]  # the worker is still there
+    cancel_record = Path(RunLayout(str(run_dir)).cancel)
+    first_write = cancel_record.stat().st_ino
+    second = cli.popen("cancel", job, "--json")
+    # the second cancel has read the status once it writes its own cancel record
+    wait_for(lambda: cancel_record.stat().st_ino != first_write, 60,
+             "the second cancel to write its cancel record")
+    stop.touch()
+    one, two = _json_of(first), _json_of(second)
+    assert (one["state_before"], one["already_ended"], one["state"]) == \
+        ("RUNNING", False, "CANCELLED")
+    assert (two["state_before"], two["already_ended"], two["state"]) == \
+        ("CANCELLED", True, "CANCELLED")
+    assert_no_processes(job)
+
+
+def test_a_line_break_in_a_container_env_value_is_a_spec_error(cli, tmp_path):
+    """docker's and podman's env files hold one line a variable: such a value would be
+    left out of the container (and of render's recipe) without a word."""
+    path = tmp_path / "job.yaml"
+    for runtime in ("docker", "podman"):
+        path.write_text(f'command: x\nenv: {{A: "one\\ntwo"}}\n'
+                        f'container: {{runtime: {runtime}, image: img}}\n')
+        for command in ("render", "submit"):
+            result = refused(cli, command, str(path))
+            assert f"{path}:2: env.A: a value with a line break cannot reach a {runtime} " \
+                   "container" in result.stderr, result.stderr
+    path.write_text("command: x\ncontainer: {image: img}\n")
+    result = refused(cli, "render", str(path), "--env", "B=one\rtwo")
+    assert "env.B: a value with a line break" in result.stderr
+    path.write_text('command: x\nroles: {worker: {env: {C: "a\\nb"}}}\n'
+                    "container: {image: img}\n")
+    assert "roles.worker.env.C: a value with a line break" in \
+        refused(cli, "render", str(path)).stderr
+    # apptainer's env file is shell: the value is quoted, and reaches the role whole
+    path.write_text('command: x\nenv: {A: "one\\ntwo"}\n'
+                    "container: {runtime: apptainer, image: /images/m.sif}\n")
+    rendered = cli.run("render", str(path))
+    assert rendered.returncode == 0 and "A='one\ntwo'" in rendered.stdout
+    assert cli.run_dirs() == []
+
+
+@pytest.mark.parametrize("value, words", [
+    ("${HOME", "a ${ without its closing } in the path '${HOME'"),
+    ("/data/${HOME", "a ${ without its closing }"),
+    ("${MXBATCH_SURELY_UNSET_H18}", "$MXBATCH_SURELY_UNSET_H18 is not set"),
+])
+def test_a_path_with_an_unclosed_brace_says_so(cli, tmp_path, value, words):
+    path = tmp_path / "job.yaml"
+    path.write_text(f'command: x\nworkdir: "{value}"\n')
+    result = refused(cli, "render", str(path))
+    assert f"{path}:2: workdir: {words}" in result.stderr, result.stderr
+    assert "$HOME is not set" not in result.stderr
+
+
+def test_doctor_slurm_says_its_fix_in_words(cli, tmp_path):
+    """slurmctld does not answer (a stand-in scontrol that fails, no cluster needed):
+    the check's fix is the hint itself, as text and in --json (which exited 70)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text("#!/bin/sh\necho 'slurm_load_ctl_conf error: Unable to contact "
+                        "slurm controller' >&2\nexit 1\n")
+    scontrol.chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{cli.env['PATH']}", "SLURM_CONF": "",
+           "DRMAA_LIBRARY_PATH": ""}
+    text = cli.run("doctor", "--backend", "slurm", "--no-probe", env=env, timeout=300)
+    assert text.returncode == 1, text.stderr
+    assert "bound method" not in text.stdout
+    assert re.search(r"FAIL +slurmctld answers .*\n +fix: is slurmctld running", text.stdout), \
+        text.stdout
+    result = cli.run("doctor", "--backend", "slurm", "--no-probe", "--json", env=env,
+                     timeout=300)
+    assert result.returncode == 1, result.stderr
+    check = {c["name"]: c for c in json.loads(result.stdout)["checks"]}["slurmctld answers"]
+    assert check["outcome"] == "fail" and check["fix"].startswith("is slurmctld running")

@@ -478,14 +478,30 @@ def cancel(job_id: str, as_json: bool) -> None:
     before = backend.status(record)
     backend.cancel(record)
     after = backend.status(record)
+    ended = already_ended(before, after)
     if as_json:
         click.echo(jsonout.dumps(jsonout.document(
-            {"job_id": job_id, "state": after.state.value, "already_ended": before.terminal,
+            {"job_id": job_id, "state": after.state.value, "already_ended": ended,
              "state_before": before.state.value, "submitted_at": record.submitted_at})))
     if before.terminal:
         _err(f"mxbatch: job {job_id} had already ended ({before.state.value})")
+    elif ended:
+        _err(f"mxbatch: job {job_id} was already ending ({before.state.value}, its tasks "
+             "stopping); it has ended")
     else:
         _err(f"mxbatch: job {job_id} {after.state.value}")
+
+
+#: the states of a job whose outcome is known
+_OUTCOMES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+def already_ended(before: JobStatus, after: JobStatus) -> bool:
+    """Whether the job's outcome was settled before a cancel: it had ended, or it was
+    ending with the outcome it then had (another cancel, or a failure, stopping its
+    tasks), so this cancel changed nothing. A job seen CANCELLED whose tasks were
+    still stopping (parallel cancels) had ended, as its ``state_before`` says."""
+    return before.terminal or (before.state in _OUTCOMES and after.state is before.state)
 
 
 @main.command(name="wait")

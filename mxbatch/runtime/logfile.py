@@ -103,8 +103,9 @@ def time_at(index: Index, offset: int) -> Optional[float]:
 
 class LineSplitter:
     """Lines from chunks of output, holding at most ``max_line`` bytes of an unfinished
-    line: ``feed`` returns each line it completes with its newline, and a line that
-    reaches ``max_line`` bytes without one in pieces of ``max_line`` (no newline)."""
+    line between two chunks: ``feed`` returns each line it completes with its newline
+    (at most ``max_line`` and a chunk long), and of a line that reaches ``max_line``
+    bytes without one, pieces of ``max_line`` (no newline)."""
 
     def __init__(self, max_line: int = MAX_LINE) -> None:
         self.max_line = max_line

@@ -317,9 +317,13 @@ def _backend_name(value: Any, _: KeyPath) -> str:
 
 def expand_path(text: str) -> str:
     """``~`` and ``$VAR``/``${VAR}`` of the submitting environment expanded in a path,
-    ``$$`` standing for a literal ``$``; ``ValueError`` naming an unset variable."""
+    ``$$`` standing for a literal ``$``; ``ValueError`` naming an unset variable, or a
+    ``${`` without its ``}``."""
     parts = []
     for part in text.split("$$"):
+        if re.search(r"\$\{[^}]*$", part):
+            raise ValueError(f"a ${{ without its closing }} in the path {text!r} (write "
+                             "${NAME}, or $$ for a literal $)")
         expanded = os.path.expandvars(part)
         unset = re.search(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", expanded)
         if unset:

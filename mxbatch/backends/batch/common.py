@@ -297,7 +297,7 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
                                           f"({self.submitter_name()})")]
         if self.daemon_probe:
             checks.append(command_check(f"{self.daemon} answers", self.daemon_probe,
-                                        self.unreachable_hint, environ=self.command_env(),
+                                        self.unreachable_hint(), environ=self.command_env(),
                                         success=f"`{' '.join(self.daemon_probe)}` answered"))
         return checks
 
