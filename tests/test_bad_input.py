@@ -304,3 +304,30 @@ def test_doctor_slurm_says_its_fix_in_words(cli, tmp_path):
     assert result.returncode == 1, result.stderr
     check = {c["name"]: c for c in json.loads(result.stdout)["checks"]}["slurmctld answers"]
     assert check["outcome"] == "fail" and check["fix"].startswith("is slurmctld running")
+
+
+# ------------------------------------------------------------------ what the fuzz test found
+
+
+@pytest.mark.parametrize("text, words", [
+    ("command: x\nresources: {walltime: []}\n",
+     "resources.walltime: expected a duration like 30s, 10m or 1h, got []"),
+    ("command: x\nresources: {memory: {a: 1}}\n",
+     "resources.memory: expected a size like 512M or 2G, got {'a': 1}"),
+    ("command: [true]\n", "command: each word of a command is a string (or a number), got a "
+                          "boolean at [0] (write 'true' in quotes)"),
+    ("command: x\nname: \x01\n", ":2: malformed YAML: special characters are not allowed "
+                                 "(#x0001)"),
+])
+def test_spec_values_random_input_found_are_spec_errors(cli, tmp_path, text, words):
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    result = refused(cli, "render", str(path))
+    assert words in result.stderr, result.stderr
+    assert "<unicode string>" not in result.stderr
+
+
+def test_a_profile_without_a_config_file_says_why_there_is_none(cli, tmp_path):
+    result = refused(cli, "render", "-p", "x", str(fake_spec(tmp_path)),
+                     env={"MXBATCH_CONFIG": ""})
+    assert "no profile 'x' (no config file: MXBATCH_CONFIG is set empty)" in result.stderr

@@ -164,3 +164,16 @@ def test_ctrl_c_on_a_followed_submit_cancels_the_job(plugin_cli, tmp_path, momen
     assert proc.returncode == 130 and "Traceback" not in err, err
     assert plugin_cli.status(job)["state"] == "CANCELLED"
     assert_no_processes(job)
+
+
+def test_internal_errors_in_one_second_each_get_their_own_log(home, monkeypatch):
+    """Two internal errors of one process within a second: two logs, both in the folder
+    under MXBATCH_HOME (the second fell back to the temporary folder)."""
+    from mxbatch.cli import internal
+
+    monkeypatch.setattr(internal.time, "strftime", lambda _: "20260101-000000")
+    first, second = (internal.internal_error(RuntimeError(f"bug {n}")) for n in (1, 2))
+    logs = [Path(re.search(r"the traceback is in (\S+)\.", e.message).group(1))
+            for e in (first, second)]
+    assert logs[0] != logs[1] and {log.parent for log in logs} == {home / "internal-errors"}
+    assert "bug 2" in logs[1].read_text()

@@ -78,7 +78,7 @@ def _lstat_mode(path: Path) -> int:
 
 def _write_log(text: str) -> Tuple[Optional[Path], List[str]]:
     """The log file written, or None and why no folder would do."""
-    name = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}.log"
+    stem = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     refused = []
     for folder in log_directories():
         fd, problem = private_folder(folder)
@@ -86,16 +86,28 @@ def _write_log(text: str) -> Tuple[Optional[Path], List[str]]:
             refused.append(problem)
             continue
         try:
-            log = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                          | os.O_CLOEXEC, 0o600, dir_fd=fd)
+            name, log = _new_file(fd, stem)
             with open(log, "w", encoding="utf-8", errors="backslashreplace") as handle:
                 handle.write(text)
             return folder / name, []
         except OSError as exc:
-            refused.append(f"{folder / name}: {exc.strerror or exc}")
+            refused.append(f"{folder}: {exc.strerror or exc}")
         finally:
             os.close(fd)
     return None, refused
+
+
+def _new_file(folder_fd: int, stem: str) -> Tuple[str, int]:
+    """A new file ``<stem>[-N].log`` in the folder (several errors of one process in
+    one second each get their own); its name and descriptor."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for number in range(100):
+        name = f"{stem}-{number}.log" if number else f"{stem}.log"
+        try:
+            return name, os.open(name, flags, 0o600, dir_fd=folder_fd)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{stem}-*.log: a hundred of them exist")
 
 
 def internal_error(exc: BaseException) -> InternalError:

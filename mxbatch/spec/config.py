@@ -86,7 +86,8 @@ class SiteConfig:
         layers = [self.defaults] if self.defaults is not None else []
         if name is not None and name not in self.profiles:
             where = (f"in {self.path}" if self.path is not None and self.path.is_file()
-                     else f"(no config file at {self.path})")
+                     else f"(no config file at {self.path})" if self.path is not None
+                     else f"(no config file: {CONFIG_ENV} is set empty)")
             hint = did_you_mean(name, list(self.profiles), "profiles: " + (
                 ", ".join(sorted(self.profiles)) or "none"), cutoff=0.5)
             raise SpecError(f"no profile {name!r} {where}", key="--profile", hint=hint)

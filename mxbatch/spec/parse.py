@@ -344,8 +344,13 @@ def _command(value: Any, _: KeyPath) -> Tuple[str, ...]:
             argv = shlex.split(value)
         except ValueError as exc:
             raise ValueError(f"cannot split the command string: {exc}") from None
-    elif isinstance(value, list) and all(isinstance(a, (str, int, float)) and
-                                         not isinstance(a, bool) for a in value):
+    elif isinstance(value, list):
+        for index, word in enumerate(value):
+            if not isinstance(word, (str, int, float)) or isinstance(word, bool):
+                quote = (f" (write '{str(word).lower()}' in quotes)"
+                         if isinstance(word, bool) else "")
+                raise ValueError(f"each word of a command is a string (or a number), got "
+                                 f"{kind_of(word)} at [{index}]{quote}")
         argv = [str(a) for a in value]
     else:
         raise ValueError(f"a command is a string or a list of strings, got {kind_of(value)}")
