@@ -12,6 +12,9 @@ job ever runs. Nothing reaches a cluster or a network: ``PATH`` holds only the t
 Python (no ssh, docker, qsub, sbatch or mpirun), no scheduler's environment is set, and
 every path the generated YAML writes is relative (no ``/``, ``~`` or ``$``), so a run
 directory is made nowhere but under the test's temporary folder.
+
+CI runs 40 examples of each command in process and 10 real processes (about 15-40 s);
+``FUZZ_EXAMPLES=1500 FUZZ_PROCESSES=80`` searches longer.
 """
 
 from __future__ import annotations
@@ -43,9 +46,9 @@ CPU_LIMIT_S = 5.0
 MEMORY_LIMIT = 200 << 20
 #: how much one in-process example may add to this process's peak memory
 MEMORY_GROWTH_LIMIT_KIB = 200 << 10
-#: in-process examples for each command; real processes in all
+#: in-process examples for each command; real processes in all (more: see the top)
 IN_PROCESS_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", 40))
-REAL_PROCESSES = 10
+REAL_PROCESSES = int(os.environ.get("FUZZ_PROCESSES", 10))
 
 _SETTINGS = dict(deadline=None, database=None, derandomize=False,
                  suppress_health_check=[HealthCheck.function_scoped_fixture,
