@@ -10,11 +10,13 @@ import os
 import re
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import List, Tuple
 
 import pytest
 
+from mxbatch.backends.hosts.mpi import mpirun_said
 from mxbatch.jobs.follow import LogTail
 from mxbatch.runtime import logfile
 from mxbatch.runtime.layout import RunLayout
@@ -204,6 +206,23 @@ def test_a_long_line_is_read_in_pieces_at_the_right_offsets(tmp_path, monkeypatc
         assert tail.offset == offset, count
     with open(path, "rb") as handle:
         assert list(logfile.newlines_backwards(handle, 19)) == [14, 3]
+
+
+def test_what_mpirun_said_is_read_from_a_bounded_part_of_its_log(tmp_path):
+    """mpirun's log may hold anything written to it: its first words are read, not all
+    of 20 MiB without a newline."""
+    log = tmp_path / "mpirun.log"
+    with open(log, "wb") as handle:
+        handle.write(b"mpirun was unable to launch the specified application\n")
+        handle.write(b"x" * (20 << 20))
+    tracemalloc.start()
+    try:
+        said = mpirun_said(str(log))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert said.startswith("mpirun was unable to launch")
+    assert peak < 4 * logfile.READ_CHUNK, peak
 
 
 # ------------------------------------------------------------------ bug 12: small truths
