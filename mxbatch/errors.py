@@ -94,6 +94,13 @@ class SpecErrors(SpecError):
         return unique[0] if len(unique) == 1 else cls(unique)
 
 
+class BadInput(MxbatchError):
+    """Input that is no job spec and cannot be used (a malformed job id, a path that is
+    a symlink loop): nothing was done."""
+
+    exit_code = ExitCode.USAGE
+
+
 class SubmissionRejected(MxbatchError):
     """The cluster refused the submission; nothing of the job is left queued."""
 

@@ -272,7 +272,7 @@ def test_status_logs_and_list(cli, tmp_path):
     assert one.startswith("mxbatch supervisor worker[1]: starting")
     listing = cli.run("list").stdout
     assert job in listing and "SUCCEEDED" in listing
-    assert cli.run("status", "no-such-job").returncode == 4
+    assert cli.run("status", "no-such-job-0123abcd").returncode == 4  # (no-such-job: no id, 2)
     for args in (("--role", "worker", "--rank", "7"), ("--rank", "7"),
                  ("--role", "worker", "--rank", "7", "-f")):
         missing = cli.run("logs", job, *args)

@@ -97,6 +97,55 @@ def test_an_unexpected_exception_is_an_internal_error_with_a_log(plugin_cli, tmp
     assert plugin_cli.run_dirs() == [] and not (plugin_cli.home / "jobs").exists()
 
 
+def _plant(folder: Path, how: str, tmp_path: Path) -> Path:
+    """``folder`` made by someone else before mxbatch: owned by another user (uid
+    65534, nobody), a symlink to a folder of the attacker's choosing, or open to all;
+    returns the folder a log must never reach."""
+    if how == "symlink":
+        target = tmp_path / f"bait-{folder.name}"
+        target.mkdir(mode=0o700)
+        folder.symlink_to(target)
+        return target
+    folder.mkdir(mode=0o700)
+    if how == "other-owner":
+        os.chown(folder, 65534, 65534)
+    else:
+        folder.chmod(0o777)
+    return folder
+
+
+@pytest.mark.parametrize("how", [
+    pytest.param("other-owner", marks=pytest.mark.skipif(
+        os.geteuid() != 0, reason="only root can give a folder to another user")),
+    "symlink", "open-to-all"])
+def test_the_internal_error_log_goes_only_into_a_folder_of_this_user_alone(
+        plugin_cli, tmp_path, how):
+    """The log holds the whole command line: both of its folders prepared by someone
+    else (``$MXBATCH_HOME/internal-errors`` and ``$TMPDIR/mxbatch-<uid>``) are refused,
+    nothing is written into them, and the traceback is on stderr instead, saying why."""
+    spec(tmp_path, "{}")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text((tmp_path / "job.yaml").read_text().replace("echo:", "broken:"))
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    plugin_cli.home.mkdir(mode=0o700)
+    baits = [_plant(plugin_cli.home / "internal-errors", how, tmp_path),
+             _plant(temp / f"mxbatch-{os.getuid()}", how, tmp_path)]
+    result = plugin_cli.run("render", "--backend", "broken", str(broken),
+                            env={"TMPDIR": str(temp)})
+    assert result.returncode == ExitCode.INTERNAL, result.stderr
+    assert "internal error of mxbatch" in result.stderr
+    assert "no log file was written" in result.stderr and "the traceback is in" not in \
+        result.stderr
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "the broken test plugin fails on purpose" in result.stderr
+    why = {"other-owner": "is owned by uid 65534, not by this user",
+           "symlink": "is a symlink", "open-to-all": "has mode 0777, not 0700"}[how]
+    assert result.stderr.count(why) == 2, result.stderr
+    for bait in baits:
+        assert list(bait.iterdir()) == [], bait
+
+
 @pytest.mark.parametrize("moment", ["at-once", "worker-running"])
 def test_ctrl_c_on_a_followed_submit_cancels_the_job(plugin_cli, tmp_path, moment):
     """``submit --wait`` of a job the CLI follows (as on SGE or Slurm): Ctrl-C at once
@@ -115,3 +164,16 @@ def test_ctrl_c_on_a_followed_submit_cancels_the_job(plugin_cli, tmp_path, momen
     assert proc.returncode == 130 and "Traceback" not in err, err
     assert plugin_cli.status(job)["state"] == "CANCELLED"
     assert_no_processes(job)
+
+
+def test_internal_errors_in_one_second_each_get_their_own_log(home, monkeypatch):
+    """Two internal errors of one process within a second: two logs, both in the folder
+    under MXBATCH_HOME (the second fell back to the temporary folder)."""
+    from mxbatch.cli import internal
+
+    monkeypatch.setattr(internal.time, "strftime", lambda _: "20260101-000000")
+    first, second = (internal.internal_error(RuntimeError(f"bug {n}")) for n in (1, 2))
+    logs = [Path(re.search(r"the traceback is in (\S+)\.", e.message).group(1))
+            for e in (first, second)]
+    assert logs[0] != logs[1] and {log.parent for log in logs} == {home / "internal-errors"}
+    assert "bug 2" in logs[1].read_text()

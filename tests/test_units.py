@@ -10,7 +10,8 @@ def test_durations(text, seconds):
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "soon", "10 parsecs", "-5", "0", "1h foo", True, "h"])
+@pytest.mark.parametrize("text", ["", "soon", "10 parsecs", "-5", "0", "1h foo", True, "h",
+                                  [], ["1h"], {"h": 1}, None])
 def test_bad_durations(text):
     with pytest.raises(ValueError):
         parse_duration(text)
@@ -27,7 +28,7 @@ def test_sizes(text, mib):
     assert parse_size_mib(text) == mib
 
 
-@pytest.mark.parametrize("text", ["lots", "-1G", "0", "2X", False])
+@pytest.mark.parametrize("text", ["lots", "-1G", "0", "2X", False, [], {"G": 2}, None])
 def test_bad_sizes(text):
     with pytest.raises(ValueError):
         parse_size_mib(text)

@@ -44,9 +44,9 @@ from typing import (
     TypeVar,
 )
 
-from ..errors import MxbatchError
+from ..errors import BadInput, MxbatchError
 from ..quoting import env_assignments, shell_words
-from ..runtime import osbytes
+from ..runtime import logfile, osbytes
 from ..runtime.attempts import AttemptsRecord, read_attempts
 from ..runtime.layout import RunLayout
 from ..runtime.planfile import DEFAULT_ABORT_POLL_S, RunPlan
@@ -402,14 +402,18 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     def logs(self, record: JobRecord, role: Role, rank: int,
              attempt: int = 0) -> Iterator[str]:
         """Lines of one task's log of ``attempt`` (stdout and stderr of the role,
-        supervisor notes)."""
+        supervisor notes), with their newline; a line longer than ``logfile.MAX_LINE``
+        in pieces. ``BadInput`` when the log is there but cannot be read (a directory)."""
         path = record.layout.attempt(attempt).task_log(role.value, rank)
         try:
-            with open(path, encoding=osbytes.ENCODING,
-                      errors=osbytes.ERRORS) as handle:  # printed as the role wrote it
-                yield from handle
+            with open(path, "rb") as handle:
+                for line in logfile.read_lines(handle):
+                    yield osbytes.decode(line)  # printed as the role wrote it
         except FileNotFoundError:
             return
+        except OSError as exc:
+            raise BadInput(f"cannot read the log of {role.value}[{rank}] at {path}: "
+                           f"{exc.strerror or exc}") from None
 
 
 def load_run_plan(record: JobRecord) -> RunPlan:

@@ -64,12 +64,34 @@ def check_spec(plan: JobPlan) -> None:
                              f"{option!r} conflicts with how mxbatch runs each role (attached, "
                              "named after the job, on the host's network, in the workdir)",
                              "remove it")
+    _check_env_lines(plan)
     image = container.image
     if (container.runtime is ContainerRuntime.APPTAINER and "://" not in image
             and not image.startswith("/")):
         raise spec.error(("container", "image"),
                          f"an apptainer image is an absolute path to an image file or a URI "
                          f"(docker://..., library://...), got {image!r}")
+
+
+def _check_env_lines(plan: JobPlan) -> None:
+    """docker's and podman's env files hold one line a variable: a value of the spec's
+    ``env`` (or ``--env``) with a line break cannot reach the container (it would be
+    left out), so it is a spec error, not a variable silently missing."""
+    container = plan.run.container
+    assert container is not None
+    if container.runtime is ContainerRuntime.APPTAINER:  # its env file is shell: quoted
+        return
+    spec = plan.spec
+    places = [(("env",), spec.env)] + [(("roles", role.value, "env"), role_spec.env)
+                                       for role, role_spec in spec.roles.items()]
+    for key_path, env in places:
+        for name, value in env.items():
+            if "\n" in value or "\r" in value:
+                raise spec.error(key_path + (name,),
+                                 f"a value with a line break cannot reach a "
+                                 f"{container.runtime.value} container (its env file holds "
+                                 "one line a variable)",
+                                 "write it on one line, or use container.runtime: apptainer")
 
 
 def check_environment(plan: JobPlan, remote: bool) -> None:
@@ -176,9 +198,12 @@ def recipe(run: RunPlan) -> str:
              f"mkdir -p -m 0700 {quote(run.layout.containers_dir)} "
              f"{quote(run.layout.pyhook_dir)}"]
     for task in run.tasks:
-        text, _ = env_file_text(container.runtime, task_env_file(run, task))
-        lines += [f"# task {task.index}: {task.label}",
-                  f"cat > {quote(run.layout.container_env_file(task.role.value, task.rank))}"
+        text, skipped = env_file_text(container.runtime, task_env_file(run, task))
+        lines += [f"# task {task.index}: {task.label}"]
+        if skipped:  # never the spec's own values: check_spec refuses those
+            lines.append(f"# left out of its env file (a line break in the value, or a name "
+                         f"that is no identifier): {', '.join(skipped)}")
+        lines += [f"cat > {quote(run.layout.container_env_file(task.role.value, task.rank))}"
                   " <<'MXBATCH_ENV'", text.rstrip("\n"), "MXBATCH_ENV",
                   shell_words(task_argv(run, task)) + " &"]
     lines.append("wait")

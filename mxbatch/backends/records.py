@@ -10,15 +10,17 @@ data that the backend's own dataclasses read back.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ..errors import JobNotFound
+from ..errors import BadInput, JobNotFound
 from ..runtime.files import atomic_write_json
 from ..runtime.layout import RunLayout
-from ..spec.paths import jobs_dir, mxbatch_home  # noqa: F401 (mxbatch_home: plugins)
+from ..spec.paths import HOME_ENV, jobs_dir, mxbatch_home  # noqa: F401 (mxbatch_home: plugins)
+from ..spec.plan import check_job_id
 from ..spec.typed import ConversionError, from_data, to_data
 
 #: the version of the record format written by this mxbatch
@@ -61,20 +63,32 @@ class JobRecord:
 
 def _jobs_dir() -> Path:
     path = jobs_dir()
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise BadInput(f"{HOME_ENV}: the job records' folder {path} is behind a symlink "
+                           f"loop ({exc.strerror}): set {HOME_ENV} to a folder") from None
+        raise
     return path
+
+
+def record_path(job_id: str) -> Path:
+    """Where the record of ``job_id`` is; ``BadInput`` if ``job_id`` is no job id."""
+    return _jobs_dir() / f"{check_job_id(job_id)}.json"
 
 
 def save(record: JobRecord) -> Path:
     """Write ``record`` atomically; returns its path."""
-    path = _jobs_dir() / f"{record.job_id}.json"
+    path = record_path(record.job_id)
     atomic_write_json(str(path), record.to_dict(), indent=2)
     return path
 
 
 def load(job_id: str) -> JobRecord:
-    """The record of ``job_id``, or ``JobNotFound`` saying how to find ids."""
-    path = _jobs_dir() / f"{job_id}.json"
+    """The record of ``job_id``, or ``JobNotFound`` saying how to find ids (``BadInput``
+    when ``job_id`` is no job id: it never reaches a path)."""
+    path = record_path(job_id)
     try:
         return JobRecord.from_dict(json.loads(path.read_text()))
     except FileNotFoundError:
@@ -98,7 +112,7 @@ def all_records() -> List[JobRecord]:
 
 def delete(job_id: str) -> Path:
     """Remove the record of ``job_id`` (``clean``); its path. Missing: nothing to do."""
-    path = _jobs_dir() / f"{job_id}.json"
+    path = record_path(job_id)
     try:
         path.unlink()
     except FileNotFoundError:

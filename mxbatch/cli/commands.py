@@ -17,7 +17,7 @@ from .. import __version__
 from ..backends import records
 from ..backends.registry import load_site_config
 from ..backends.status import JobState, JobStatus
-from ..errors import ExitCode, MxbatchError
+from ..errors import BadInput, ExitCode, MxbatchError
 from ..jobs import submit as jobs
 from ..jobs.cause import Cause, failure_cause
 from ..jobs.follow import follow, supervise
@@ -56,6 +56,19 @@ def _err(message: str) -> None:
     click.echo(message, err=True)
 
 
+def symlink_loop(exc: BaseException) -> Optional[BadInput]:
+    """A symlink loop met on any path (``MXBATCH_HOME``, a folder a command makes) is
+    the user's to fix, not a bug: exit 2 naming the path. None for anything else."""
+    if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
+        where = exc.filename or "a path"
+    elif isinstance(exc, RuntimeError) and str(exc).startswith("Symlink loop from "):
+        where = str(exc)[len("Symlink loop from "):].strip("'")  # pathlib before 3.13
+    else:
+        return None
+    return BadInput(f"{where} is behind a symlink loop (too many levels of symbolic links): "
+                    "fix or remove the link")
+
+
 class _Main(click.Group):
     """The ``mxbatch`` group: the one place that turns every exception into an exit code.
 
@@ -75,6 +88,9 @@ class _Main(click.Group):
         except Exception as exc:
             if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
                 raise  # stdout closed early (``| head``): click ends quietly
+            loop = symlink_loop(exc)
+            if loop is not None:
+                raise loop from None
             raise internal_error(exc) from None
 
     def make_context(self, *args, **kwargs) -> click.Context:
@@ -465,14 +481,30 @@ def cancel(job_id: str, as_json: bool) -> None:
     before = backend.status(record)
     backend.cancel(record)
     after = backend.status(record)
+    ended = already_ended(before, after)
     if as_json:
         click.echo(jsonout.dumps(jsonout.document(
-            {"job_id": job_id, "state": after.state.value, "already_ended": before.terminal,
+            {"job_id": job_id, "state": after.state.value, "already_ended": ended,
              "state_before": before.state.value, "submitted_at": record.submitted_at})))
     if before.terminal:
         _err(f"mxbatch: job {job_id} had already ended ({before.state.value})")
+    elif ended:
+        _err(f"mxbatch: job {job_id} was already ending ({before.state.value}, its tasks "
+             "stopping); it has ended")
     else:
         _err(f"mxbatch: job {job_id} {after.state.value}")
+
+
+#: the states of a job whose outcome is known
+_OUTCOMES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+def already_ended(before: JobStatus, after: JobStatus) -> bool:
+    """Whether the job's outcome was settled before a cancel: it had ended, or it was
+    ending with the outcome it then had (another cancel, or a failure, stopping its
+    tasks), so this cancel changed nothing. A job seen CANCELLED whose tasks were
+    still stopping (parallel cancels) had ended, as its ``state_before`` says."""
+    return before.terminal or (before.state in _OUTCOMES and after.state is before.state)
 
 
 @main.command(name="wait")

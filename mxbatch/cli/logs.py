@@ -69,6 +69,9 @@ def logs_command(job_id: str, role: Optional[str], rank: Optional[int], follow: 
         raise JobNotFound(f"job {job_id} has no attempt {attempt} (attempts 0-{latest})")
     layout = record.layout.attempt(attempt)
     width = max(len(t.label) for t in tasks)
+    for task in tasks:  # a log that is there but no file (a directory): say so first
+        if backend.log_reader(record, task.role, task.rank) is None:
+            LogTail(Path(layout.task_log(task.role.value, task.rank)), "").check()
     if not (follow or timestamps or tail_lines is not None):
         # what the backend says a task's log is (Backend.logs: plugins may add to it)
         for task in tasks:

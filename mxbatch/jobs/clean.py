@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from ..backends import records
+from ..spec.plan import JOB_ID
 from .overview import JobSummary
 
 
@@ -35,6 +36,9 @@ def clean(summary: JobSummary, dry_run: bool = False) -> Cleaned:
     """Remove ``summary``'s job (see the module docstring); ``dry_run``: say what would
     go and remove nothing."""
     record = summary.record
+    if not JOB_ID.fullmatch(record.job_id):  # a record written by hand: touch nothing
+        return Cleaned(record.job_id, None, False, "not removed: its record's job id is no "
+                                                   "job id")
     if summary.state is not None and not summary.ended:
         return Cleaned(record.job_id, None, False, f"not removed: it is {summary.state_text}")
     run_dir = Path(record.run_dir)

@@ -10,6 +10,8 @@ its attempts: when one ends and the next starts, the logs streamed are the new o
 
 from __future__ import annotations
 
+import os
+import stat
 import time
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Tuple
@@ -17,12 +19,13 @@ from typing import Callable, Iterator, List, Optional, Tuple
 from ..backends.base import Backend, LogReader, attempts_of, current_attempt, load_run_plan
 from ..backends.records import JobRecord
 from ..backends.status import JobState, JobStatus
-from ..errors import WaitTimeout
-from ..runtime import notes, osbytes
+from ..errors import BadInput, WaitTimeout
+from ..runtime import logfile, notes, osbytes
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import Rendezvous
 from ..runtime.states import AbortKind, AbortRecord, TaskState
 from ..runtime.watch import missing_at_deadline, startup_abort
+from ..spec.inputfile import describe_mode
 from .interrupts import HeldSignals, check_interrupted
 
 #: how often an attached job's status is read for ``on_status`` while this process
@@ -34,14 +37,31 @@ DEADLINE_MARGIN_S = 2.0
 
 class LogTail:
     """Yields complete new lines of one file, from the start, as it grows.
-    ``reader`` (a backend's ``log_reader``) reads it instead of the local ``path``."""
+    ``reader`` (a backend's ``log_reader``) reads it instead of the local ``path``.
+    Holds at most ``logfile.READ_CHUNK`` of the file and ``logfile.MAX_LINE`` of an
+    unfinished line at a time: a longer line comes in pieces (``logfile.LineSplitter``)."""
 
     def __init__(self, path: Path, prefix: str, reader: Optional[LogReader] = None) -> None:
         self.path = path
         self.prefix = prefix
         self.reader = reader
         self.offset = 0
-        self.partial = b""
+        self._lines = logfile.LineSplitter()
+
+    def check(self) -> None:
+        """``BadInput`` when the local log is there but no file (a directory, say): what
+        the ``logs`` command cannot show. A log not there yet is no problem."""
+        if self.reader is not None:
+            return
+        try:
+            mode = self.path.stat().st_mode
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise BadInput(f"cannot read the log {self.path}: {exc.strerror or exc}") from None
+        if not stat.S_ISREG(mode):
+            raise BadInput(f"cannot read the log {self.path}: it is no regular file "
+                           f"({describe_mode(mode)})")
 
     def _read_from(self, offset: int, final: bool) -> Optional[bytes]:
         if self.reader is not None:
@@ -49,7 +69,7 @@ class LogTail:
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(offset)
-                return handle.read()
+                return handle.read(logfile.READ_CHUNK)
         except OSError:
             return None
 
@@ -61,32 +81,53 @@ class LogTail:
     def read_lines(self, final: bool = False) -> Iterator[Tuple[int, str]]:
         """``(offset, line)`` of each new complete line, not prefixed: where it starts
         in the file (for its time, ``logfile.time_at``)."""
-        data = self._read_from(self.offset, final)
-        if data is None:
-            return
-        start = self.offset - len(self.partial)
-        self.offset += len(data)
-        data = self.partial + data
-        lines = data.split(b"\n")
-        self.partial = lines.pop()
-        if final and self.partial:
-            lines.append(self.partial)
-            self.partial = b""
-        for line in lines:
-            yield start, osbytes.decode(line)  # printed as the role wrote it
-            start += len(line) + 1
+        start = self.offset - len(self._lines.partial)
+        while True:
+            data = self._read_from(self.offset, final)
+            if not data:
+                break
+            self.offset += len(data)
+            for line in self._lines.feed(data):
+                yield start, osbytes.decode(line.rstrip(b"\n"))
+                start += len(line)
+            if self.reader is not None or len(data) < logfile.READ_CHUNK:
+                break
+        rest = self._lines.rest() if final else b""
+        if rest:
+            yield start, osbytes.decode(rest)  # printed as the role wrote it
 
     def skip_to_last(self, count: int) -> None:
-        """Start at the last ``count`` lines of what the file holds now (``logs --tail``)."""
-        data = self._read_from(0, True) or b""
-        end = len(data) - (1 if data.endswith(b"\n") else 0)
-        start = end
-        for _ in range(count):
-            start = data.rfind(b"\n", 0, start)
-            if start < 0:
-                break
-        self.offset = 0 if start < 0 else start + 1
-        self.partial = b""
+        """Start at the last ``count`` lines of what the file holds now (``logs --tail``),
+        walking the local file backwards from its end."""
+        self._lines = logfile.LineSplitter()
+        if self.reader is not None:
+            data = self.reader(0, True) or b""
+            self.offset = _start_of_last(data, count)
+            return
+        try:
+            with open(self.path, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                handle.seek(max(0, size - 1))
+                end = size - (1 if handle.read(1) == b"\n" else 0)
+                self.offset = size if count == 0 else 0
+                for found, newline in enumerate(logfile.newlines_backwards(handle, end), 1):
+                    if found == count:
+                        self.offset = newline + 1
+                        break
+        except OSError:
+            self.offset = 0
+
+
+def _start_of_last(data: bytes, count: int) -> int:
+    """Where the last ``count`` lines of ``data`` start (a log in memory)."""
+    start = len(data) - (1 if data.endswith(b"\n") else 0)
+    if count == 0:
+        return len(data)
+    for _ in range(count):
+        start = data.rfind(b"\n", 0, start)
+        if start < 0:
+            return 0
+    return start + 1
 
 
 class LogStream:

@@ -7,16 +7,27 @@ last indexed one: the bytes from that offset on arrived at that time (until the 
 line). ``mxbatch logs --timestamps`` reads it (``read_index``, ``time_at``); a log
 without an index (written by an older mxbatch) has no times. The writer is whoever
 keeps the log: the task's supervisor, or the ssh controller relaying a host's output.
+
+A reader of a log holds at most ``READ_CHUNK`` of it and ``MAX_LINE`` of a line at a
+time (``LineSplitter``, ``read_lines``, ``newlines_backwards``): a role that prints
+100 MB without a newline costs a reader no more memory than one that prints short
+lines; such a line is read in pieces of ``MAX_LINE``.
 Standard library only.
 """
 
 import bisect
 import os
 import time
-from typing import List, Optional, Tuple
+from typing import BinaryIO, Iterator, List, Optional, Tuple
 
 #: writes closer together than this share one index line
 RESOLUTION_S = 0.05
+#: the longest line a reader of role output keeps whole; a longer one comes in pieces
+MAX_LINE = 1 << 20
+#: how much of a log a reader reads at once
+READ_CHUNK = 1 << 20
+#: how much a reader reads at once when it walks a log backwards (``logs --tail``)
+BACK_CHUNK = 1 << 16
 
 Index = List[Tuple[int, float]]
 
@@ -88,3 +99,61 @@ def time_at(index: Index, offset: int) -> Optional[float]:
     """When the byte at ``offset`` of the log arrived; None before the first entry."""
     position = bisect.bisect_right(index, (offset, float("inf"))) - 1
     return index[position][1] if position >= 0 else None
+
+
+class LineSplitter:
+    """Lines from chunks of output, holding at most ``max_line`` bytes of an unfinished
+    line between two chunks: ``feed`` returns each line it completes with its newline
+    (at most ``max_line`` and a chunk long), and of a line that reaches ``max_line``
+    bytes without one, pieces of ``max_line`` (no newline)."""
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
+        self.max_line = max_line
+        self.partial = b""
+
+    def feed(self, data: bytes) -> List[bytes]:
+        if not data:
+            return []
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        found = [line + b"\n" for line in lines]
+        while len(self.partial) >= self.max_line:
+            found.append(self.partial[:self.max_line])
+            self.partial = self.partial[self.max_line:]
+        return found
+
+    def rest(self) -> bytes:
+        """The unfinished line (at the end of the output), and forget it."""
+        rest, self.partial = self.partial, b""
+        return rest
+
+
+def read_lines(handle: BinaryIO, max_line: int = MAX_LINE) -> Iterator[bytes]:
+    """The lines of an open binary file from where it stands (``LineSplitter``'s: with
+    their newline, an over-long one in pieces, the last one as it ends)."""
+    splitter = LineSplitter(max_line)
+    while True:
+        data = handle.read(READ_CHUNK)
+        if not data:
+            break
+        yield from splitter.feed(data)
+    rest = splitter.rest()
+    if rest:
+        yield rest
+
+
+def newlines_backwards(handle: BinaryIO, end: int) -> Iterator[int]:
+    """The offsets of the newlines before ``end`` in an open binary file, last first,
+    reading ``BACK_CHUNK`` at a time."""
+    position = end
+    while position > 0:
+        begin = max(0, position - BACK_CHUNK)
+        handle.seek(begin)
+        block = handle.read(position - begin)
+        index = len(block)
+        while True:
+            index = block.rfind(b"\n", 0, index)
+            if index < 0:
+                break
+            yield begin + index
+        position = begin

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import SpecError, did_you_mean
+from . import inputfile
 from . import parse as specs
 from .located import KeyPath, Locations, Origin, load_located
 from .paths import CONFIG_ENV, config_path
@@ -85,7 +86,8 @@ class SiteConfig:
         layers = [self.defaults] if self.defaults is not None else []
         if name is not None and name not in self.profiles:
             where = (f"in {self.path}" if self.path is not None and self.path.is_file()
-                     else f"(no config file at {self.path})")
+                     else f"(no config file at {self.path})" if self.path is not None
+                     else f"(no config file: {CONFIG_ENV} is set empty)")
             hint = did_you_mean(name, list(self.profiles), "profiles: " + (
                 ", ".join(sorted(self.profiles)) or "none"), cutoff=0.5)
             raise SpecError(f"no profile {name!r} {where}", key="--profile", hint=hint)
@@ -104,15 +106,12 @@ def load_config(path: Optional[Path] = None) -> SiteConfig:
     path = config_path() if path is None else path
     if path is None:
         return SiteConfig(path=None)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    text = inputfile.read_text(path, "the config file", missing_ok=True)
+    if text is None:
         if os.environ.get(CONFIG_ENV):
             raise SpecError(f"no such config file ({CONFIG_ENV}={os.environ[CONFIG_ENV]})",
-                            path=path) from None
+                            path=path)
         return SiteConfig(path=path)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read the config file: {exc}", path=path) from None
     data, locations = load_located(text, path)
     if data is None:
         return SiteConfig(path=path)
@@ -246,10 +245,7 @@ def load_job(spec_file: Path, *, profile: Optional[str] = None,
              site: Optional[SiteConfig] = None) -> JobSpec:
     """The job spec at ``spec_file`` over the site's defaults and profile (validated)."""
     spec_file = Path(spec_file)
-    try:
-        text = spec_file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read the job spec: {exc}", path=spec_file) from None
+    text = inputfile.read_text(spec_file, "the job spec") or ""
     data, locations = load_located(text, spec_file)
     layers = (site or load_config()).layers(profile)
     if not layers or not isinstance(data, dict):  # a non-mapping spec fails in specs

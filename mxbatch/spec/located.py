@@ -121,6 +121,10 @@ def load_located(text: str, path: Optional[Path]) -> Tuple[Any, Locations]:
     locations = Locations(path)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow
+        character = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        raise SpecError(f"malformed YAML: {exc.reason} (#x{character:04x})", path=path,
+                        line=text.count("\n", 0, exc.position) + 1) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import errno
 import os
 import re
 import shlex
@@ -24,7 +25,7 @@ from ..errors import SpecError, SpecErrors, did_you_mean
 from ..runtime.attempts import ON_ALIASES, RESTARTABLE
 from ..runtime.roles import Role
 from ..runtime.states import EndReason
-from . import schema
+from . import inputfile, schema
 from .located import KeyPath, Locations, load_located
 from .schema import (
     ContainerRuntime,
@@ -57,11 +58,7 @@ CHECKPOINT_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGHUP", "SIGQ
 def load(path: Path) -> JobSpec:
     """Read and validate the spec file at ``path``."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read the job spec: {exc}", path=path) from None
-    return parse(text, path)
+    return parse(inputfile.read_text(path, "the job spec") or "", path)
 
 
 def parse(text: str, path: Path) -> JobSpec:
@@ -305,7 +302,7 @@ def unknown_key_hint(key_path: KeyPath, key: str, known: Sequence[str]) -> str:
 
 
 def _name(value: Any, _: KeyPath) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", value):
+    if not isinstance(value, str) or not re.fullmatch(schema.JOB_NAME, value):
         raise ValueError("a job name is 1-63 letters, digits, '_', '.', '-' "
                          f"starting with a letter or digit, got {value!r}")
     return value
@@ -320,9 +317,13 @@ def _backend_name(value: Any, _: KeyPath) -> str:
 
 def expand_path(text: str) -> str:
     """``~`` and ``$VAR``/``${VAR}`` of the submitting environment expanded in a path,
-    ``$$`` standing for a literal ``$``; ``ValueError`` naming an unset variable."""
+    ``$$`` standing for a literal ``$``; ``ValueError`` naming an unset variable, or a
+    ``${`` without its ``}``."""
     parts = []
     for part in text.split("$$"):
+        if re.search(r"\$\{[^}]*$", part):
+            raise ValueError(f"a ${{ without its closing }} in the path {text!r} (write "
+                             "${NAME}, or $$ for a literal $)")
         expanded = os.path.expandvars(part)
         unset = re.search(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", expanded)
         if unset:
@@ -343,8 +344,13 @@ def _command(value: Any, _: KeyPath) -> Tuple[str, ...]:
             argv = shlex.split(value)
         except ValueError as exc:
             raise ValueError(f"cannot split the command string: {exc}") from None
-    elif isinstance(value, list) and all(isinstance(a, (str, int, float)) and
-                                         not isinstance(a, bool) for a in value):
+    elif isinstance(value, list):
+        for index, word in enumerate(value):
+            if not isinstance(word, (str, int, float)) or isinstance(word, bool):
+                quote = (f" (write '{str(word).lower()}' in quotes)"
+                         if isinstance(word, bool) else "")
+                raise ValueError(f"each word of a command is a string (or a number), got "
+                                 f"{kind_of(word)} at [{index}]{quote}")
         argv = [str(a) for a in value]
     else:
         raise ValueError(f"a command is a string or a list of strings, got {kind_of(value)}")
@@ -373,8 +379,21 @@ def _path_in(base_dir: Path) -> Callable[[Any, KeyPath], Path]:
     def parse(value: Any, _: KeyPath) -> Path:
         if not isinstance(value, str) or not value:
             raise ValueError(f"expected a path, got {kind_of(value)}")
-        return (base_dir / Path(expand_path(value))).resolve()
+        return resolved(base_dir / Path(expand_path(value)))
     return parse
+
+
+def resolved(path: Path) -> Path:
+    """``path`` made absolute with its symlinks resolved; ``ValueError`` naming the path
+    when a symlink loop is in the way (``OSError`` ELOOP, or ``RuntimeError`` before
+    Python 3.13)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError) as exc:
+        if isinstance(exc, OSError) and exc.errno != errno.ELOOP:
+            raise
+        raise ValueError(f"{path} is behind a symlink loop (too many levels of symbolic "
+                         "links): fix or remove the link") from None
 
 
 def _env(value: Any, key_path: KeyPath) -> Dict[str, str]:

@@ -13,19 +13,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import secrets
 import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional
 
-from ..errors import SpecError
+from ..errors import BadInput, SpecError
 from ..runtime import wire
 from ..runtime.attempts import RestartPlan
 from ..runtime.container import ContainerPlan
 from ..runtime.planfile import DEFAULT_ABORT_POLL_S, RunPlan, TaskInfo
 from ..runtime.roles import Role
-from .schema import JobSpec, RoleSpec
+from .schema import JOB_NAME, JobSpec, RoleSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,9 +77,22 @@ def check_size(spec: JobSpec, backend: str, ceiling: int,
     raise spec.error(("roles", role.value, "count"), problem, hint)
 
 
+#: a job id: the job's name and 8 hex digits (``new_job_id``)
+JOB_ID = re.compile(JOB_NAME + r"-[0-9a-f]{8}")
+
+
 def new_job_id(name: str) -> str:
     """``<name>-<8 hex>``."""
     return f"{name}-{secrets.token_hex(4)}"
+
+
+def check_job_id(text: str) -> str:
+    """``text`` if it is a job id (``JOB_ID``), else ``BadInput`` (exit 2): a job id
+    names a file of ``$MXBATCH_HOME/jobs``, so nothing else may reach a path."""
+    if not JOB_ID.fullmatch(text):
+        raise BadInput(f"{text!r} is not a job id (NAME-XXXXXXXX: the job's name and 8 hex "
+                       "digits, as submit printed it; `mxbatch list` shows them)")
+    return text
 
 
 def make(spec: JobSpec, backend: str, *, job_id: Optional[str] = None,

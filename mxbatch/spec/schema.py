@@ -26,6 +26,10 @@ from .paths import mxbatch_home
 
 DEFAULT_BACKEND = "local"
 
+#: what a job's name may be: 1-63 letters, digits, '_', '.', '-', starting with a
+#: letter or digit (a job id starts with it, ``plan.JOB_ID``)
+JOB_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"
+
 #: stands for the list of registered backends in a help text; the reference (and each
 #: command's help) fills it in from the registry
 BACKENDS = "{backends}"

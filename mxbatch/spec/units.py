@@ -18,7 +18,7 @@ _MIB = {"": 1.0, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024}
 
 def parse_duration(value: Union[str, int, float]) -> float:
     """Seconds from ``90``, ``"90s"``, ``"10m"``, ``"1h30m"``, ``"2d"`` or ``"1:30:00"``."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError(f"expected a duration like 30s, 10m or 1h, got {value!r}")
     if isinstance(value, (int, float)):
         seconds = float(value)
@@ -50,7 +50,7 @@ def format_duration(seconds: float) -> str:
 
 def parse_size_mib(value: Union[str, int, float]) -> int:
     """MiB from ``2G``, ``512M``, ``1.5GiB``, ``1024K``; a plain number means MiB."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError(f"expected a size like 512M or 2G, got {value!r}")
     if isinstance(value, (int, float)):
         mib = float(value)

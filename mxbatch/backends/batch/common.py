@@ -297,7 +297,7 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
                                           f"({self.submitter_name()})")]
         if self.daemon_probe:
             checks.append(command_check(f"{self.daemon} answers", self.daemon_probe,
-                                        self.unreachable_hint, environ=self.command_env(),
+                                        self.unreachable_hint(), environ=self.command_env(),
                                         success=f"`{' '.join(self.daemon_probe)}` answered"))
         return checks
 
@@ -368,6 +368,38 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
     @abc.abstractmethod
     def drmaa_client(self) -> drmaa_glue.DrmaaClient:
         """A client of this scheduler's DRMAA library (``BackendUnavailable`` if none)."""
+
+    #: the scheduler a DRMAA library must drive to submit here
+    drm_system: drmaa_glue.DrmSystem
+    #: the submitter that needs no DRMAA library (``qsub``, ``sbatch``)
+    native_submitter: str = ""
+
+    def drmaa_library(self) -> Optional[str]:
+        """The DRMAA library this backend would load; None: none is named or found."""
+        return None
+
+    def drmaa_environ(self) -> Dict[str, str]:
+        """The environment the DRMAA library runs with (what the helper gets)."""
+        return dict(os.environ)
+
+    def library_identity(self) -> Optional[drmaa_glue.LibraryIdentity]:
+        """What the DRMAA library drives; None without a library or the binding."""
+        library = self.drmaa_library()
+        if library is None or not drmaa_glue.python_binding_available():
+            return None
+        return drmaa_glue.identify(library, self.drmaa_environ())
+
+    def auto_uses_drmaa(self) -> bool:
+        """``submitter: auto``: DRMAA only through a library of this backend's scheduler
+        (another's, say Grid Engine's with ``--backend slurm``: the native CLI)."""
+        return drmaa_glue.auto_uses_drmaa(self.library_identity(), self.drm_system)
+
+    def check_drmaa_library(self) -> None:
+        """``submitter: drmaa``: exit 3 naming the library unless it drives this
+        backend's scheduler (call once a library and the binding are known there)."""
+        identity = self.library_identity()
+        if identity is not None:
+            drmaa_glue.check_library(identity, self.drm_system, self.native_submitter)
 
     @abc.abstractmethod
     def drmaa_job_number(self, task_ids: Sequence[str]) -> str:

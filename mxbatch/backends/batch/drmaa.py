@@ -12,17 +12,27 @@ passes the submitting process's environment on) copy it into every task.
 
 Job templates are built here from plain data (``TemplateSpec``), so their
 construction is unit-tested without a DRMAA library.
+
+A DRMAA library drives one scheduler, and ``DRMAA_LIBRARY_PATH`` may name another's
+(a site that loads both schedulers' modules: Grid Engine's libdrmaa with ``--backend
+slurm`` turns Slurm options into Grid Engine's, which refuses them). ``identify`` asks
+the library (``drmsInfo``, ``drmaa_get_DRM_system``, before any session, in the helper
+process) which scheduler it drives; ``auto_uses_drmaa`` and ``check_library`` decide
+from that (``DrmSystem``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
+import functools
 import glob
 import importlib.util
 import json
 import os
+import re
 import sys
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ... import shell
 from ...errors import BackendUnavailable, CommandError, SubmissionRejected
@@ -31,6 +41,48 @@ STATIC_TLS_TUNABLE = "glibc.rtld.optional_static_tls=1000000"
 #: the ``submitter`` option value that selects DRMAA, on every backend that offers it
 SUBMITTER = "drmaa"
 HELPER_TIMEOUT_S = 120.0
+#: how long asking a library which scheduler it drives may take (slurm-drmaa asks
+#: slurmctld for its version)
+IDENTIFY_TIMEOUT_S = 30.0
+
+
+class DrmSystem(str, enum.Enum):
+    """A scheduler a DRMAA library may drive."""
+
+    GRID_ENGINE = "Grid Engine"
+    SLURM = "Slurm"
+
+    @classmethod
+    def named_in(cls, drms_info: str) -> Optional["DrmSystem"]:
+        """The scheduler a library's ``drmsInfo`` names ("SGE 8.1.9", "UGE 8.6.4",
+        "OGS/GE 2011.11", "SLURM 23.02.6", "SLURM"); None for any other."""
+        words = drms_info.upper()
+        if re.search(r"\bSLURM\b", words):
+            return cls.SLURM
+        if re.search(r"\b(SGE|UGE|OGS|AGE|GE)\b|GRID ?ENGINE", words):
+            return cls.GRID_ENGINE
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class LibraryIdentity:
+    """What a DRMAA library said it drives (``drms_info``), or why it could not say."""
+
+    library: str
+    drms_info: str = ""
+    problem: str = ""
+
+    @property
+    def system(self) -> Optional[DrmSystem]:
+        return DrmSystem.named_in(self.drms_info) if not self.problem else None
+
+    def describe(self) -> str:
+        """The library and what it is, for a message."""
+        if self.problem:
+            return f"{self.library}, which cannot say what it drives ({self.problem})"
+        system = self.system
+        return (f"{self.library}, whose DRM system is {self.drms_info!r} ("
+                + (f"a {system.value} library)" if system else "no scheduler mxbatch knows)"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +186,46 @@ class DrmaaClient:
         self._call("terminate", {"job_ids": list(job_ids)})
 
 
+def identify(library: str, environ: Mapping[str, str]) -> LibraryIdentity:
+    """Which scheduler ``library`` drives, asked in the helper process with ``environ``
+    (Grid Engine's library needs ``SGE_ROOT``); once per library and environment."""
+    return _identify(library, tuple(sorted(environ.items())))
+
+
+@functools.lru_cache(maxsize=16)
+def _identify(library: str, environ: Tuple[Tuple[str, str], ...]) -> LibraryIdentity:
+    try:
+        result = shell.run([sys.executable, "-m", "mxbatch.backends.batch.drmaa", "system"],
+                           input_text="{}", env=helper_environment(dict(environ), library),
+                           timeout=IDENTIFY_TIMEOUT_S, check=False)
+    except CommandError as exc:
+        return LibraryIdentity(library, problem=f"the DRMAA helper did not answer: {exc}")
+    try:
+        answer = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return LibraryIdentity(library, problem=result.stderr.strip() or "no answer")
+    if "error" in answer:
+        return LibraryIdentity(library, problem=f"{answer.get('kind', '')}: {answer['error']}")
+    return LibraryIdentity(library, drms_info=str(answer.get("drms_info", "")))
+
+
+def auto_uses_drmaa(identity: Optional[LibraryIdentity], own: DrmSystem) -> bool:
+    """``submitter: auto``: DRMAA only through a library (``identity``, None: no library
+    or no binding) that drives the backend's ``own`` scheduler; else its own CLI."""
+    return identity is not None and identity.system is own
+
+
+def check_library(identity: LibraryIdentity, own: DrmSystem, native: str) -> None:
+    """``submitter: drmaa``: ``BackendUnavailable`` (exit 3) naming the library and what
+    it is unless it drives ``own``; ``native``: the submitter that needs no library."""
+    if identity.system is own:
+        return
+    raise BackendUnavailable(
+        f"submitter drmaa: the DRMAA library is {identity.describe()}, not a {own.value} "
+        f"library: set DRMAA_LIBRARY_PATH to {own.value}'s DRMAA library, or use "
+        f"submitter: {native} (or auto)")
+
+
 # ------------------------------------------------------------------ helper process side
 
 
@@ -191,6 +283,10 @@ def helper_main(argv: Sequence[str]) -> int:
         import drmaa  # only ever in this helper process, never in the CLI
 
         payload = json.loads(sys.stdin.read() or "{}")
+        if operation == "system":  # before any session: what the library drives
+            sys.stdout.write("\n" + json.dumps({"drms_info": str(drmaa.Session.drmsInfo)})
+                             + "\n")
+            return 0
         with drmaa.Session() as session:
             handler = {"submit": _submit, "terminate": _terminate}[operation]
             answer = handler(session, drmaa, payload)

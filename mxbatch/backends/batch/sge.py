@@ -113,7 +113,7 @@ class SgeOptions:
     """``backends.sge``."""
 
     submitter: Submitter = option(Submitter.AUTO, "how to submit: drmaa (DRMAA runBulkJobs), "
-                                  "qsub, or auto (DRMAA when a library is found)")
+                                  "qsub, or auto (DRMAA when a Grid Engine library is found)")
     queue: Optional[str] = option(None, "the queue (-q)")
     pe: str = option("smp", "the parallel environment that grants a role's cpus (-pe PE N)")
     project: Optional[str] = option(None, "the project (-P)")
@@ -212,6 +212,8 @@ class SgeBackend(BatchBackend[SgeHandle]):
         "SIGUSR1": EndReason.WALLTIME.value}
     inside_backend = "sge-pe"
     allocation_variable = placement.PE_HOSTFILE
+    drm_system = drmaa_glue.DrmSystem.GRID_ENGINE
+    native_submitter = Submitter.QSUB.value
 
     def variant(self, environ: Mapping[str, str]) -> Backend:
         """Inside a parallel job: ``sge-pe``; else with ``gang: true``: ``sge-gang``."""
@@ -224,12 +226,17 @@ class SgeBackend(BatchBackend[SgeHandle]):
 
     # ------------------------------------------------------------------ checks
     def submitter(self) -> Submitter:
-        """The submitter to use: ``auto`` resolved (DRMAA when library and binding exist)."""
+        """The submitter to use: ``auto`` resolved (DRMAA when the binding is there and
+        the library found is a Grid Engine one)."""
         if self.options.submitter is Submitter.AUTO:
-            library = drmaa_glue.find_library(self._environ())
-            usable = library is not None and drmaa_glue.python_binding_available()
-            return Submitter.DRMAA if usable else Submitter.QSUB
+            return Submitter.DRMAA if self.auto_uses_drmaa() else Submitter.QSUB
         return self.options.submitter
+
+    def drmaa_library(self) -> Optional[str]:
+        return drmaa_glue.find_library(self._environ())
+
+    def drmaa_environ(self) -> Dict[str, str]:
+        return self._environ()
 
     def submitter_name(self) -> str:
         return self.submitter().value
@@ -281,6 +288,7 @@ class SgeBackend(BatchBackend[SgeHandle]):
             if not drmaa_glue.python_binding_available():
                 raise BackendUnavailable("the drmaa package is missing: "
                                          "pip install 'mxbatch[drmaa]'")
+            self.check_drmaa_library()
         for tool in ("qsub", "qstat", "qdel"):
             needed = tool != "qsub" or self.submitter() is Submitter.QSUB
             if needed and shutil.which(tool) is None:

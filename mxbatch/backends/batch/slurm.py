@@ -116,7 +116,8 @@ class SlurmOptions:
     """``backends.slurm``."""
 
     submitter: Submitter = option(Submitter.AUTO, "how to submit: sbatch, drmaa (a Slurm "
-                                  "DRMAA library in DRMAA_LIBRARY_PATH), or auto")
+                                  "DRMAA library in DRMAA_LIBRARY_PATH), or auto (drmaa "
+                                  "when that library is a Slurm one)")
     partition: Optional[str] = option(None, "the partition (--partition)")
     account: Optional[str] = option(None, "the account (--account)")
     qos: Optional[str] = option(None, "the quality of service (--qos)")
@@ -227,15 +228,21 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
                                              "SIGUSR1": EndReason.WALLTIME.value}
     inside_backend = "slurm-steps"
     allocation_variable = placement.SLURM_JOB_ID
+    drm_system = drmaa_glue.DrmSystem.SLURM
+    native_submitter = Submitter.SBATCH.value
 
     # ------------------------------------------------------------------ checks
     def submitter(self) -> Submitter:
-        """The submitter to use: ``auto`` resolved (DRMAA when a library is named)."""
+        """The submitter to use: ``auto`` resolved (DRMAA when the library named by
+        ``DRMAA_LIBRARY_PATH`` is a Slurm one and the job no heterogeneous one)."""
         if self.options.submitter is Submitter.AUTO:
-            usable = bool(os.environ.get("DRMAA_LIBRARY_PATH")) and \
-                drmaa_glue.python_binding_available()
-            return Submitter.DRMAA if usable and not self.options.het else Submitter.SBATCH
+            if self.options.het or not self.auto_uses_drmaa():
+                return Submitter.SBATCH
+            return Submitter.DRMAA
         return self.options.submitter
+
+    def drmaa_library(self) -> Optional[str]:
+        return os.environ.get("DRMAA_LIBRARY_PATH") or None
 
     def submitter_name(self) -> str:
         return self.submitter().value
@@ -278,6 +285,7 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
             if not drmaa_glue.python_binding_available():
                 raise BackendUnavailable("the drmaa package is missing: "
                                          "pip install 'mxbatch[drmaa]'")
+            self.check_drmaa_library()
         for tool in ("sbatch", "squeue", "scancel"):
             if shutil.which(tool) is None:
                 raise BackendUnavailable(f"{tool} is not on PATH: install the Slurm client "

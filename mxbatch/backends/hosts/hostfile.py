@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from ...errors import SpecError
+from ...spec import inputfile
 from ...spec.plan import JobPlan
 
 _HOST = re.compile(r"(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9._-]+")
@@ -83,11 +84,7 @@ def parse(text: str, path: Path) -> List[Host]:
 
 def load(path: Path) -> List[Host]:
     """The hosts of the hostfile at ``path``."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read the hostfile: {exc}", path=path) from None
-    return parse(text, path)
+    return parse(inputfile.read_text(Path(path), "the hostfile") or "", path)
 
 
 def place(hosts: Sequence[Host], tasks: int) -> List[int]:

@@ -47,7 +47,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ...errors import BackendUnavailable
 from ...quoting import shell_words
-from ...runtime import wire
+from ...runtime import logfile, wire
 from ...runtime.jobloop import AttemptContext
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan
@@ -239,10 +239,11 @@ def _hint(said: str) -> Optional[str]:
 
 def mpirun_said(log_path: str, lines: int = 4) -> str:
     """What mpirun said, in short: its lines outside its boxed messages, and the first
-    line of each box (the boxes go on with generic advice); not the agents' own lines."""
+    line of each box (the boxes go on with generic advice); not the agents' own lines.
+    Reads the log's first ``logfile.READ_CHUNK`` only (whatever else wrote to it)."""
     try:
-        with open(log_path, errors="replace") as handle:
-            text = handle.read()
+        with open(log_path, "rb") as handle:
+            text = handle.read(logfile.READ_CHUNK).decode(errors="replace")
     except OSError:
         return "no output"
     said: List[str] = []
