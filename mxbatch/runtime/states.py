@@ -161,6 +161,11 @@ class TaskRecord:
     # where a server or worker listens (``ip:port``), when its supervisor chose the port:
     # ps-lite's rank order follows it (``backends.psrank``)
     address: str = ""
+    # when the supervisor started the role's process (its exec), and the CPU seconds the
+    # supervisor itself had used by then: for an attached ``mxbatch launch``, the CLI's
+    # own cost up to its first role
+    exec_at: Optional[float] = None
+    exec_cpu_s: Optional[float] = None
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
