@@ -101,6 +101,10 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
         """The request for supervising the job in this process (see ``supervise_here``)."""
         return dataclasses.replace(request, attached=True)
 
+    def ships_runtime(self, request: LocalRequest) -> bool:
+        """An attached job's agent is this process: only a job manager runs runtime.pyz."""
+        return not request.attached
+
     def launch(self, request: LocalRequest, layout: RunLayout,
                rollback: Rollback) -> LocalHandle:
         if request.attached:

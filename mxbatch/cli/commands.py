@@ -4,36 +4,42 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import os
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 import click
 
 from .. import __version__
-from ..backends import records
-from ..backends.registry import load_site_config
-from ..backends.status import JobState, JobStatus
 from ..errors import ExitCode, MxbatchError
-from ..jobs import submit as jobs
-from ..jobs.cause import Cause, failure_cause
-from ..jobs.follow import follow, supervise
 from ..jobs.interrupts import HeldSignals, check_interrupted
-from ..jobs.scripts import missing_scripts
-from ..runtime.roles import Role
-from ..spec import config as siteconfig
-from ..spec import parse as specs
-from ..spec.envflags import common_env
 from ..spec.schema import DEFAULT_BACKEND
 from . import jsonout
 from . import launch as launchcli
 from .completion import job_ids, profile_names
-from .internal import internal_error
 from .params import Duration, backend_option
-from .tables import task_table, throughput_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..backends import records
+    from ..backends.status import JobStatus
+    from ..jobs.cause import Cause
+    from ..runtime.roles import Role
+    from ..spec import parse as specs
+
+#: the commands defined in modules of their own: imported when used or listed (each
+#: command imports what only it needs, so that ``launch`` starts its first role soon)
+LAZY_COMMANDS: Dict[str, Tuple[str, str]] = {
+    "list": ("listing", "list_command"),
+    "clean": ("listing", "clean_command"),
+    "logs": ("logs", "logs_command"),
+    "config": ("site", "config_group"),
+    "doctor": ("site", "doctor_command"),
+    "completion": ("completion", "completion_command"),
+}
 
 _BACKEND = backend_option(f"the spec's or profile's backend, else {DEFAULT_BACKEND}")
 _JSON = click.option("--json", "as_json", is_flag=True,
@@ -75,6 +81,8 @@ class _Main(click.Group):
         except Exception as exc:
             if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
                 raise  # stdout closed early (``| head``): click ends quietly
+            from .internal import internal_error
+
             raise internal_error(exc) from None
 
     def make_context(self, *args, **kwargs) -> click.Context:
@@ -82,6 +90,16 @@ class _Main(click.Group):
             return super().make_context(*args, **kwargs)
         except KeyboardInterrupt:
             raise MxbatchError("interrupted", ExitCode.INTERRUPTED) from None
+
+    def list_commands(self, ctx: click.Context) -> List[str]:
+        return sorted(set(self.commands) | set(LAZY_COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> Optional[click.Command]:
+        if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
+            module_name, attribute = LAZY_COMMANDS[cmd_name]
+            module = importlib.import_module(f"{__package__}.{module_name}")
+            self.add_command(getattr(module, attribute), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """Each command's whole first sentence, wrapped rather than cut at the width."""
@@ -98,6 +116,8 @@ class _Main(click.Group):
         try:
             return super().main(*args, **kwargs)
         except Exception as exc:  # outside invoke: parsing the command line, completion
+            from .internal import internal_error
+
             error = internal_error(exc)
             error.show()
             sys.exit(error.exit_code)
@@ -137,6 +157,8 @@ def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
     Arguments after -- are appended to every role's command:
     mxbatch submit job.yaml -- --epochs 3
     """
+    from ..spec import config as siteconfig
+
     spec = _spec_with_flags(spec_file, profile, name, env, extra_args)
     _submit_and_maybe_follow(spec, siteconfig.backend_name(spec, backend), workers, servers,
                              wait, quiet, as_json, max_restarts=max_restarts)
@@ -145,6 +167,11 @@ def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
 def _spec_with_flags(spec_file: Path, profile: Optional[str], name: Optional[str],
                      env: Tuple[str, ...], extra_args: Tuple[str, ...]) -> specs.JobSpec:
     """The spec of ``submit``/``render`` with ``--name``, ``--env`` and ``-- ARGS``."""
+    from ..backends.registry import load_site_config
+    from ..spec import config as siteconfig
+    from ..spec import parse as specs
+    from ..spec.envflags import common_env
+
     spec = siteconfig.load_job(spec_file, profile=profile, site=load_site_config())
     return specs.with_overrides(spec, name=name, env=common_env(env, os.environ),
                                 extra_args=extra_args)
@@ -177,6 +204,9 @@ def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Op
                              as_json: bool = False,
                              count_flags: Optional[Dict[Role, str]] = None,
                              max_restarts: Optional[int] = None) -> None:
+    from ..jobs import submit as jobs
+    from ..jobs.scripts import missing_scripts
+
     backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers,
                                     count_flags=count_flags, max_restarts=max_restarts)
     if backend.workdir_is_here():
@@ -226,6 +256,8 @@ def _status_document(record: records.JobRecord, status: JobStatus,
 
 def _print_final(backend, record: records.JobRecord, status: JobStatus) -> None:
     """``--json`` of an attached command: the final status, and its cause if it failed."""
+    from ..jobs.cause import failure_cause
+
     click.echo(jsonout.dumps(_status_document(record, status,
                                               failure_cause(backend, record, status))))
 
@@ -234,6 +266,8 @@ def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *
                         stream_logs: bool, quiet: bool = False, as_json: bool = False) -> None:
     """This process supervises the job (the local backend attached): Ctrl-C cancels it.
     ``held`` holds signals back until the supervisor has installed its handlers."""
+    from ..backends.status import JobState
+    from ..jobs.follow import supervise
     from .progress import Progress, choose_mode
 
     progress = Progress(choose_mode(sys.stderr, quiet), sys.stderr, record.submitted_at)
@@ -264,6 +298,8 @@ def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
                      held: Optional[HeldSignals] = None) -> None:
     """Follow the job until it ends; Ctrl-C cancels it (``cancel_on_interrupt``) or
     leaves it running. ``held``: signals held back since the submission, released here."""
+    from ..backends.status import JobState
+    from ..jobs.follow import follow
     from .progress import Progress, choose_mode
 
     progress = Progress(choose_mode(sys.stderr, quiet), sys.stderr, record.submitted_at)
@@ -295,6 +331,9 @@ def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
 def _report(backend, record: records.JobRecord, status: JobStatus) -> None:
     """The final summary on stderr: the outcome, how long the job took (submission to
     its last task's end), and for a failure its cause in the failing role's own words."""
+    from ..backends.status import JobState
+    from ..jobs.cause import failure_cause
+
     duration = (status.ended_at or time.time()) - record.submitted_at
     if status.state is JobState.SUCCEEDED:
         _err(f"mxbatch: job {status.job_id} SUCCEEDED ({duration:.1f}s)")
@@ -376,6 +415,8 @@ def render(spec_file: Path, backend: Optional[str], workers: Optional[int],
            as_json: bool, all_backends: bool, name: Optional[str], env: Tuple[str, ...],
            extra_args: Tuple[str, ...]) -> None:
     """Print exactly what submit would run (per-task argv and env, job scripts)."""
+    from ..spec import config as siteconfig
+
     spec = _spec_with_flags(spec_file, profile, name, env, extra_args)
     _render(spec, siteconfig.backend_name(spec, backend), "json" if as_json else output_format,
             workers, servers)
@@ -385,6 +426,8 @@ def _render(spec: specs.JobSpec, backend: str, output_format: str, workers: Opti
             servers: Optional[int], count_flags: Optional[Dict[Role, str]] = None) -> None:
     """``render``'s output (and ``launch --render``'s): text, json or shell.
     ``count_flags``: the flags that set counts in ``spec`` (default: ``-n``, ``-s``)."""
+    from ..jobs import submit as jobs
+
     if count_flags is None:
         count_flags = jobs.count_flags_of(workers, servers)
     if output_format == "shell":
@@ -409,6 +452,11 @@ def _render(spec: specs.JobSpec, backend: str, output_format: str, workers: Opti
 @_JSON
 def status(job_id: str, as_json: bool) -> None:
     """Show the state of every task of JOB_ID."""
+    from ..backends import records
+    from ..jobs import submit as jobs
+    from ..jobs.cause import failure_cause
+    from .tables import task_table, throughput_text
+
     record = records.load(job_id)
     backend = jobs.backend_for_record(record)
     result = backend.status(record)
@@ -457,6 +505,9 @@ def _show_attempts(result: JobStatus) -> None:
 @_JSON
 def cancel(job_id: str, as_json: bool) -> None:
     """Stop JOB_ID; nothing of it stays queued or running. A no-op on an ended job."""
+    from ..backends import records
+    from ..jobs import submit as jobs
+
     record = records.load(job_id)
     backend = jobs.backend_for_record(record)
     before = backend.status(record)
@@ -483,24 +534,10 @@ def cancel(job_id: str, as_json: bool) -> None:
 def wait_command(job_id: str, timeout: Optional[float], stream_logs: bool, quiet: bool,
                  as_json: bool) -> None:
     """Block until JOB_ID ends; exit 0 only if it succeeded."""
+    from ..backends import records
+    from ..jobs import submit as jobs
+
     record = records.load(job_id)
     _follow_and_exit(jobs.backend_for_record(record), record,
                      stream_logs=stream_logs and not as_json, timeout=timeout,
                      cancel_on_interrupt=False, quiet=quiet, as_json=as_json)
-
-
-def _add_site_commands() -> None:
-    from .completion import completion_command
-    from .listing import clean_command, list_command
-    from .logs import logs_command
-    from .site import config_group, doctor_command
-
-    main.add_command(list_command)
-    main.add_command(logs_command)
-    main.add_command(clean_command)
-    main.add_command(config_group)
-    main.add_command(doctor_command)
-    main.add_command(completion_command)
-
-
-_add_site_commands()
