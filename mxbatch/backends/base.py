@@ -58,10 +58,10 @@ from ..spec.schema import ContainerRuntime, JobSpec
 from ..spec.typed import from_data, to_data
 from . import containers, rundir
 from .records import JobRecord
-from .status import JobStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..doctor.checks import Check
+    from .status import JobStatus
 
 #: reads one task's log from a byte offset: ``reader(offset, final)`` -> the bytes
 #: from there on (None: nothing yet); ``final`` asks for a last, complete read

@@ -21,7 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
-from typing import Callable, ClassVar, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, ClassVar, Dict, List, Optional, Tuple
 
 from ..quoting import shell_words
 from ..runtime import net, procs, wire
@@ -34,8 +34,10 @@ from ..spec.plan import JobPlan
 from ..spec.typed import option
 from .base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
 from .records import JobRecord
-from .status import JobStatus
 from .supervised import status_supervised_here
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .status import JobStatus
 
 
 @dataclasses.dataclass(frozen=True)

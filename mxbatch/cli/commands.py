@@ -266,7 +266,6 @@ def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *
                         stream_logs: bool, quiet: bool = False, as_json: bool = False) -> None:
     """This process supervises the job (the local backend attached): Ctrl-C cancels it.
     ``held`` holds signals back until the supervisor has installed its handlers."""
-    from ..backends.status import JobState
     from ..jobs.follow import supervise
     from .progress import Progress, choose_mode
 
@@ -283,6 +282,8 @@ def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *
         status, interrupted = backend.status(record), "SIGINT"
     finally:
         progress.clear()
+    from ..backends.status import JobState  # not before: the roles start sooner
+
     if as_json:
         _print_final(backend, record, status)
     _report(backend, record, status)
