@@ -101,6 +101,12 @@ class _Main(click.Group):
             self.add_command(getattr(module, attribute), cmd_name)
         return super().get_command(ctx, cmd_name)
 
+    def resolve_command(self, ctx: click.Context, args: List[str]):
+        if args and args[0] not in self.commands and args[0] not in LAZY_COMMANDS:
+            for name in LAZY_COMMANDS:  # an unknown name: "did you mean" weighs them all
+                self.get_command(ctx, name)
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """Each command's whole first sentence, wrapped rather than cut at the width."""
         rows = []
