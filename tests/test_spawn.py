@@ -163,3 +163,14 @@ def test_the_python_wrapper_ends_the_role_whose_supervisor_is_already_gone():
             "1", sys.executable, "-c", "print('ran')"]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert result.returncode == -signal.SIGTERM and "ran" not in result.stdout
+
+
+def test_a_setpriv_that_cannot_run_gives_way_to_the_python_wrapper(tmp_path, monkeypatch):
+    broken = tmp_path / "setpriv"
+    broken.write_text("not a program\n")  # not executable: its exec fails
+    monkeypatch.setitem(spawn._setpriv_found, "path", str(broken))
+    code, text = _run([sys.executable, "-c", REPORT], tmp_path, env={"PATH": "/usr/bin:/bin"},
+                      core_dumps=False, deathsig=signal.SIGKILL)
+    assert code == 0, text
+    assert json.loads(text)["deathsig"] == signal.SIGKILL
+    assert spawn._setpriv_found["path"] is None  # and the next roles go straight there

@@ -11,10 +11,10 @@ without Python code in the child:
 
 - **death signal** (``PR_SET_PDEATHSIG``: the role dies with its supervisor): a tiny
   exec wrapper sets it and execs the role, keeping its pid: ``setpriv --pdeathsig SIG``
-  (util-linux 2.33 and later, a millisecond) where it works, else ``python3 -I -S -c
-  DEATHSIG_WRAPPER`` (about ten, the time Python takes to start; it also ends itself
-  should the supervisor have died before the signal was set); the setting survives the
-  exec (only a set-user-ID program's clears it);
+  (util-linux 2.33 and later, a millisecond) where there is one that has the option,
+  else ``python3 -I -S -c DEATHSIG_WRAPPER`` (about ten, the time Python takes to
+  start; it also ends itself should the supervisor have died before the signal was
+  set); the setting survives the exec (only a set-user-ID program's clears it);
 - **no core files** unless allowed (``RLIMIT_CORE`` 0, 0): the supervisor lowers its
   own soft limit to 0 around the spawn, so the child starts with it, then lowers the
   child's hard limit to 0 too (``prlimit``), as a ``setrlimit`` in the child did.
@@ -60,25 +60,22 @@ _setpriv_found: Dict[str, Optional[str]] = {}
 
 
 def _working_setpriv() -> Optional[str]:
-    """The path of a ``setpriv`` that takes ``--pdeathsig`` (tried once per process:
-    it runs itself through the option), or None."""
+    """The path of a ``setpriv`` that takes ``--pdeathsig`` (its option table names it:
+    read once per process, no program run), or None; ``spawn_role`` forgets it should
+    it fail to start."""
     if "path" in _setpriv_found:
         return _setpriv_found["path"]
     found = None
     places = list(SETPRIV_PLACES) + [os.path.join(d, "setpriv")
                                      for d in os.get_exec_path() if d]
     for path in places:
-        if not os.access(path, os.X_OK):
-            continue
-        try:
-            probe = subprocess.run([path, "--pdeathsig", "KILL", "--", path, "--version"],
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if probe.returncode == 0:
-            found = path
-        break
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            try:
+                with open(path, "rb") as binary:
+                    found = path if b"pdeathsig" in binary.read(4 << 20) else None
+            except OSError:
+                continue
+            break
     _setpriv_found["path"] = found
     return found
 
@@ -135,8 +132,17 @@ def spawn_role(argv: Sequence[str], *, cwd: str, env: Dict[str, str], output_fd:
         except (OSError, ValueError):
             limit = None
     try:
-        proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                stdout=output_fd, stderr=output_fd, start_new_session=True)
+        try:
+            proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=output_fd, stderr=output_fd,
+                                    start_new_session=True)
+        except OSError:
+            if command[0] != _setpriv_found.get("path"):
+                raise
+            _setpriv_found["path"] = None  # setpriv cannot run here: the Python wrapper
+            proc = subprocess.Popen(deathsig_command(argv, deathsig), cwd=cwd, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=output_fd,
+                                    stderr=output_fd, start_new_session=True)
     finally:
         if limit is not None:
             resource.setrlimit(resource.RLIMIT_CORE, limit)
