@@ -201,6 +201,18 @@ class TaskRunner:
     def done(self) -> bool:
         return self.phase is Phase.DONE
 
+    @property
+    def announced(self) -> bool:
+        """This task is the scheduler and has published a record members may join."""
+        return self._published is not None and self._published.joinable
+
+    def look_for_scheduler_now(self) -> None:
+        """A waiting member looks for the scheduler's record at its next step, not at the
+        end of its backoff: the scheduler's runner, in the same agent, has just
+        published it (the members of a local job start in the loop that saw it)."""
+        if self.phase is Phase.WAITING:
+            self._next_poll = 0.0
+
     # ------------------------------------------------------------------ notes and records
     def say(self, message: str) -> None:
         """A supervisor note, in the task's log."""
