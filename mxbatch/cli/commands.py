@@ -439,6 +439,7 @@ def _render(spec: specs.JobSpec, backend: str, output_format: str, workers: Opti
         count_flags = jobs.count_flags_of(workers, servers)
     if output_format == "shell":
         from ..jobs.shellscript import render_script
+        from ..spec import parse as specs
 
         click.echo(render_script(specs.with_counts(spec, workers, servers), backend,
                                  count_flags=count_flags), nl=False)
