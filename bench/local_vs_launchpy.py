@@ -1,8 +1,16 @@
 """mxbatch vs MXNet's own launch.py (--launcher local), side by side in one run.
 
-Same training script (examples/train_mlp.py), same counts (2 servers, 2 workers).
+Two jobs, each launcher interleaved with the other:
+  - the example: examples/train_mlp.py, 2 servers, 2 workers (--repeat runs);
+  - the trivial-role job: 1 server, 1 worker, every role ``python3 -c pass``
+    (--trivial-repeat runs): what the launcher itself costs.
 For each launcher and repetition it measures:
   - first step: seconds from launch to the first training step of the slower worker
+    (the trivial job: to its worker's start)
+  - first role runs: seconds from launch to the first role's command running, as a
+    ``python3`` stand-in first on PATH records it (the same for both launchers: it
+    writes the time, then execs the real python3); mxbatch also says, from its task
+    records, when it exec'd its first role and how much CPU its CLI had used by then
   - wall: seconds from launch until the launcher exits
   - launcher RSS: peak summed RSS of the launcher's own processes (everything it
     started except the MXNet role processes, i.e. those with DMLC_ROLE set; for
@@ -11,30 +19,51 @@ For each launcher and repetition it measures:
   - crash: a worker raising after 20 steps; the launcher's exit code and how long it
     took to exit (launch.py is stopped after --crash-timeout seconds if it hangs)
 
-    .venv/bin/python bench/local_vs_launchpy.py [--repeat 3] [--crash-timeout 60]
+    .venv/bin/python bench/local_vs_launchpy.py [--repeat 3] [--trivial-repeat 7]
+        [--crash-timeout 60] [--only example|trivial]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from common import EXAMPLES, fmt, launch_py_argv, print_table
 
 TRAIN = ["python3", "train_mlp.py", "--kvstore", "dist_sync", "--epochs", "3"]
+TRIVIAL = ["python3", "-c", "pass"]
+#: the ``python3`` first on the roles' PATH: when each role started, then the real one
+STAND_IN = """#!/bin/bash
+printf '%s %s\\n' "${DMLC_ROLE:-none}" "${EPOCHREALTIME:-$(date +%s.%N)}" >> "$BENCH_STARTS"
+exec @PYTHON3@ "$@"
+"""
 
-def mxbatch_argv() -> List[str]:
-    return [sys.executable, "-m", "mxbatch", "launch", "-n", "2", "-s", "2", "--grace", "5s",
-            "--", *TRAIN]
+
+def mxbatch_argv(command: Sequence[str], workers: int, servers: int) -> List[str]:
+    return [sys.executable, "-m", "mxbatch", "launch", "-n", str(workers), "-s", str(servers),
+            "--grace", "5s", "--", *command]
+
+
+def stand_in_dir(env: Dict[str, str]) -> str:
+    """A directory with the ``python3`` stand-in (STAND_IN) for the front of PATH."""
+    real = shutil.which("python3", path=env["PATH"])
+    assert real, "python3 is not on PATH"
+    folder = tempfile.mkdtemp(prefix="mxbatch-bench-bin-")
+    path = Path(folder) / "python3"
+    path.write_text(STAND_IN.replace("@PYTHON3@", real))
+    path.chmod(0o755)
+    return folder
 
 
 def _children() -> Dict[int, List[int]]:
@@ -91,10 +120,41 @@ def launcher_rss_kib(root: int, job_id: Optional[str]) -> int:
     return total
 
 
+def role_starts(path: Path, t0: float) -> Dict[str, List[float]]:
+    """Seconds after ``t0`` at which each role's command started (the stand-in's lines)."""
+    starts: Dict[str, List[float]] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return starts
+    for line in lines:
+        role, _, when = line.partition(" ")
+        if not when:
+            raise SystemExit(f"unexpected line {line!r} in {path}: {lines}")
+        starts.setdefault(role, []).append(float(when.replace(",", ".")) - t0)
+    return starts
+
+
+def own_first_exec(home: str, job_id: Optional[str], t0: float) -> Dict[str, Optional[float]]:
+    """mxbatch's own word (its task records): when it exec'd its first role, after ``t0``,
+    and the CPU seconds its CLI (the job's agent) had used by then."""
+    records = []
+    if job_id:
+        for path in (Path(home) / "runs" / job_id / "tasks").glob("*.json"):
+            record = json.loads(path.read_text())
+            if record.get("exec_at"):
+                records.append(record)
+    if not records:
+        return {"exec": None, "cpu": None}
+    first = min(records, key=lambda r: r["exec_at"])
+    return {"exec": first["exec_at"] - t0, "cpu": first.get("exec_cpu_s")}
+
+
 def run_once(argv: List[str], env: Dict[str, str], timeout: float) -> dict:
     t0 = time.time()
     token = secrets.token_hex(8)  # marks every process of this run (roles inherit it)
-    env = dict(env, LAUNCH_T0=repr(t0), BENCH_RUN=token)
+    starts_file = Path(tempfile.mkstemp(prefix="mxbatch-bench-starts-")[1])
+    env = dict(env, LAUNCH_T0=repr(t0), BENCH_RUN=token, BENCH_STARTS=str(starts_file))
     out = tempfile.TemporaryFile()
     proc = subprocess.Popen(argv, cwd=EXAMPLES, env=env, stdout=out, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -116,9 +176,16 @@ def run_once(argv: List[str], env: Dict[str, str], timeout: float) -> dict:
     out.seek(0)
     text = out.read().decode(errors="replace")
     firsts = [float(x) for x in re.findall(r"first step at ([\d.]+)s after launch", text)]
+    starts = role_starts(starts_file, t0)
+    starts_file.unlink()
+    every = [t for times in starts.values() for t in times]
+    own = own_first_exec(env["MXBATCH_HOME"], job_id, t0)
     return {"rc": None if hung else proc.returncode, "wall": wall, "hung": hung,
             "first": max(firsts) if len(firsts) == 2 else None, "rss_mib": peak / 1024,
-            "workers_ok": len(re.findall(r"done after \d+ steps", text))}
+            "workers_ok": len(re.findall(r"done after \d+ steps", text)),
+            "first_role": min(every) if every else None,
+            "worker_runs": max(starts["worker"]) if starts.get("worker") else None,
+            "own_exec": own["exec"], "own_cpu": own["cpu"]}
 
 
 def _processes_of_run(session: int, token: str) -> List[int]:
@@ -152,39 +219,76 @@ def _kill_run(session: int, token: str, job_id: Optional[str]) -> None:
     wait_gone(sorted(pids), 10)
 
 
+def compare(launchers: Dict[str, List[str]], env: Dict[str, str], repeat: int,
+            timeout: float = 300) -> Dict[str, List[dict]]:
+    """``repeat`` runs of each launcher, interleaved (the same machine state for both)."""
+    results: Dict[str, List[dict]] = {name: [] for name in launchers}
+    for _ in range(repeat):
+        for name, argv in launchers.items():
+            results[name].append(run_once(argv, env, timeout=timeout))
+    return results
+
+
+def rows_of(results: Dict[str, List[dict]], first_step: str) -> List[tuple]:
+    names = list(results)
+
+    def each(key: str, unit: str = "s") -> List[str]:
+        return [fmt([r[key] for r in results[n]], unit) for n in names]
+
+    def mxbatch_only(key: str, unit: str = "s") -> List[str]:
+        return [fmt([r[key] for r in results[n]], unit) if n == "mxbatch" else "-"
+                for n in names]
+
+    return [("", *names),
+            ("exit codes", *(" ".join(str(r["rc"]) for r in results[n]) for n in names)),
+            (first_step, *each("first" if "training" in first_step else "worker_runs")),
+            ("launch -> first role runs", *each("first_role")),
+            ("launch -> first role exec'd (own records)", *mxbatch_only("own_exec")),
+            ("CLI CPU by then (own records)", *mxbatch_only("own_cpu")),
+            ("wall time", *each("wall")),
+            ("launcher peak RSS", *each("rss_mib", " MiB"))]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of the example job")
+    parser.add_argument("--trivial-repeat", type=int, default=7,
+                        help="runs of the trivial-role job")
     parser.add_argument("--crash-timeout", type=float, default=60.0)
+    parser.add_argument("--only", choices=("example", "trivial"), default=None)
     args = parser.parse_args()
     home = tempfile.mkdtemp(prefix="mxbatch-bench-")
     env = dict(os.environ, MXBATCH_HOME=home, OMP_NUM_THREADS="1",
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    launchers = {"launch.py": launch_py_argv("local", " ".join(TRAIN)), "mxbatch": mxbatch_argv()}
-    results: Dict[str, List[dict]] = {name: [] for name in launchers}
-    for _ in range(args.repeat):
-        for name, argv in launchers.items():  # interleaved: same machine state for both
-            results[name].append(run_once(argv, env, timeout=300))
-    crash_env = dict(env, CRASH_RANK="1", CRASH_AFTER_STEPS="20", EPOCHS="50")
-    crashes = {name: run_once(argv, crash_env, args.crash_timeout)
-               for name, argv in launchers.items()}
-
-    print(f"\n2 servers + 2 workers, dist_sync, 3 epochs, {args.repeat} runs each "
-          f"(median, min, max); machine: {os.cpu_count()} cores\n")
-    rows = [("", *launchers)]
-    rows.append(("exit codes", *(" ".join(str(r["rc"]) for r in results[n]) for n in launchers)))
-    rows.append(("workers finished", *(" ".join(str(r["workers_ok"]) for r in results[n])
-                                       for n in launchers)))
-    rows.append(("launch -> first step (slower worker)",
-                 *(fmt([r["first"] for r in results[n]]) for n in launchers)))
-    rows.append(("wall time", *(fmt([r["wall"] for r in results[n]]) for n in launchers)))
-    rows.append(("launcher peak RSS", *(fmt([r["rss_mib"] for r in results[n]], " MiB")
-                                        for n in launchers)))
-    rows.append(("worker raises after 20 steps",
-                 *(("HUNG, killed after %.0fs" % crashes[n]["wall"]) if crashes[n]["hung"]
-                   else "exit %s after %.1fs" % (crashes[n]["rc"], crashes[n]["wall"])
-                   for n in launchers)))
-    print_table(rows)
+    env["PATH"] = stand_in_dir(env) + os.pathsep + env["PATH"]
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}; machine: {os.cpu_count()} cores; load "
+          f"average at the start {' '.join('%.1f' % x for x in os.getloadavg())}", flush=True)
+    if args.only != "example":
+        trivial = {"launch.py": launch_py_argv("local", " ".join(TRIVIAL), 1, 1),
+                   "mxbatch": mxbatch_argv(TRIVIAL, 1, 1)}
+        results = compare(trivial, env, args.trivial_repeat, timeout=60)
+        print(f"\nthe trivial-role job: 1 server + 1 worker, every role {' '.join(TRIVIAL)}, "
+              f"{args.trivial_repeat} runs each (median, min-max)")
+        print_table(rows_of(results, "launch -> worker runs"))
+    if args.only != "trivial":
+        launchers = {"launch.py": launch_py_argv("local", " ".join(TRAIN)),
+                     "mxbatch": mxbatch_argv(TRAIN, 2, 2)}
+        results = compare(launchers, env, args.repeat)
+        crash_env = dict(env, CRASH_RANK="1", CRASH_AFTER_STEPS="20", EPOCHS="50")
+        crashes = {name: run_once(argv, crash_env, args.crash_timeout)
+                   for name, argv in launchers.items()}
+        print(f"\n2 servers + 2 workers, dist_sync, 3 epochs, {args.repeat} runs each "
+              f"(median, min-max)")
+        rows = rows_of(results, "launch -> first training step (slower worker)")
+        rows.insert(2, ("workers finished", *(" ".join(str(r["workers_ok"])
+                                                       for r in results[n])
+                                              for n in launchers)))
+        rows.append(("worker raises after 20 steps",
+                     *(("HUNG, killed after %.0fs" % crashes[n]["wall"]) if crashes[n]["hung"]
+                       else "exit %s after %.1fs" % (crashes[n]["rc"], crashes[n]["wall"])
+                       for n in launchers)))
+        print_table(rows)
+    print(f"\nload average at the end {' '.join('%.1f' % x for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ and exits with ``exit_code``; no caller needs to format errors itself.
 
 from __future__ import annotations
 
-import difflib
 import enum
 from pathlib import Path
 from typing import Optional, Sequence
@@ -149,5 +148,7 @@ def did_you_mean(word: object, known: Sequence[str], otherwise: str,
                  cutoff: float = 0.6) -> str:
     """The hint of every "unknown ..." error: ``did you mean 'x'?`` for the closest of
     ``known``, else ``otherwise`` (e.g. the list of valid names)."""
+    import difflib  # only for a mistake
+
     close = difflib.get_close_matches(str(word), list(known), n=1, cutoff=cutoff)
     return f"did you mean {close[0]!r}?" if close else otherwise

@@ -14,9 +14,10 @@ worker:    writes {argv, env, core_limit} as JSON to $FAKE_OUT/<rank>.json (if s
            $FAKE_SLEEP seconds, or until the file $FAKE_BARRIER exists (so that many
            workers end at the same moment), printing a line every $FAKE_TICK seconds if
            set (output: the stall detector sees progress), then exits with $FAKE_EXIT
-           (default 0; only on the attempts $FAKE_EXIT_ATTEMPTS lists, "0,2", when it is
-           set). On the checkpoint signal (SIGUSR1) a worker writes
-           $FAKE_OUT/<rank>.checkpoint (the attempt that saved it) and exits 0. The
+           (default 0; only on the attempts $FAKE_EXIT_ATTEMPTS lists, "0,2", and by the
+           ranks $FAKE_EXIT_RANKS lists, "0", when they are set). On the checkpoint
+           signal (SIGUSR1) a worker writes $FAKE_OUT/<rank>.checkpoint (the attempt
+           that saved it) and exits 0. The
            worker whose rank is $FAKE_RAISE_RANK raises an exception as soon as the file
            $FAKE_RAISE_ON exists. With $FAKE_SPEED (samples/s by rank,
            comma-separated) each tick prints a Speedometer line instead of "tick" (an
@@ -137,5 +138,7 @@ else:
     if os.environ.get("FAKE_BLOCK_RANK") == str(rank):
         threading.Event().wait()
     attempts = os.environ.get("FAKE_EXIT_ATTEMPTS")
-    failing = attempts is None or os.environ.get("MXBATCH_ATTEMPT", "0") in attempts.split(",")
+    ranks = os.environ.get("FAKE_EXIT_RANKS")
+    failing = ((attempts is None or os.environ.get("MXBATCH_ATTEMPT", "0") in attempts.split(","))
+               and (ranks is None or os.environ["MXBATCH_RANK"] in ranks.split(",")))
     sys.exit(int(os.environ.get("FAKE_EXIT", 0)) if failing else 0)

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import sys
+import time
 from pathlib import Path
 
 from mxbatch.runtime.layout import RunLayout
@@ -71,6 +72,30 @@ def test_a_256_task_job_is_torn_down_on_one_failure(cli, tmp_path):
     teardown = max(ended) - abort["at"]
     sys.stderr.write(f"257 tasks: torn down {teardown:.2f}s after the abort\n")
     assert teardown < 2 + 5  # grace 2s, SIGKILL after it, and the loop's own pace
+    assert_no_processes(job)
+
+
+def test_members_start_in_the_loop_that_sees_their_schedulers_socket(cli, tmp_path):
+    """The scheduler listens only seconds later, when the members' backoff has reached
+    its cap: yet every member starts at once, not at its next look (records' times)."""
+    bind = tmp_path / "bind"
+    spec = many_task_spec(tmp_path, servers=1, workers=7, name="prompt",
+                          extra_env=f", FAKE_SCHEDULER_BIND_AFTER: '{bind}'")
+    (tmp_path / "go").touch()  # the workers end as soon as they run
+    job = cli.submit(spec)
+    run_dir = cli.run_dir(job)
+    scheduler = wait_for(lambda: (task_record(run_dir, "scheduler", 0) or {}).get("exec_at")
+                         and task_record(run_dir, "scheduler", 0), 60, "the scheduler")
+    # members poll at 20, 40, ... ms up to every 500 ms: in 3 s they reach that cap
+    wait_for(lambda: time.time() > scheduler["exec_at"] + 3, 10, "the members' backoff cap")
+    bind.touch()
+    assert cli.run("wait", job, "--timeout", "120").returncode == 0
+    listening = task_record(run_dir, "scheduler", 0)["reached_at"]
+    members = [task_record(run_dir, role, rank)["exec_at"]
+               for role, rank in [("server", 0)] + [("worker", r) for r in range(7)]]
+    sys.stderr.write(f"8 members exec'd {max(members) - listening:.3f}s after the listen\n")
+    # polling, 8 members would start up to 0.5 s after it (each a random part of that)
+    assert max(members) - listening < 0.3, (listening, members)
     assert_no_processes(job)
 
 

@@ -156,8 +156,10 @@ def test_a_failed_attempt_is_relaunched_and_succeeds(cli, tmp_path):
 
 
 def test_the_same_failure_twice_ends_the_job(cli, tmp_path):
+    """worker[0] exits 3 on every attempt (worker[1] ends well at the same moment: were
+    both to fail, which one is blamed first would be a race between two exits)."""
     spec = restart_spec(tmp_path, restarts="{max: 3, backoff: 0}",
-                        env={"FAKE_SLEEP": "3", "FAKE_EXIT": "3"})
+                        env={"FAKE_SLEEP": "3", "FAKE_EXIT": "3", "FAKE_EXIT_RANKS": "0"})
     result = cli.run("submit", "--wait", str(spec))
     assert result.returncode == 1
     assert "attempts 0 and 1 ended the same way" in result.stderr

@@ -58,10 +58,10 @@ from ..spec.schema import ContainerRuntime, JobSpec
 from ..spec.typed import from_data, to_data
 from . import containers, rundir
 from .records import JobRecord
-from .status import JobStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..doctor.checks import Check
+    from .status import JobStatus
 
 #: reads one task's log from a byte offset: ``reader(offset, final)`` -> the bytes
 #: from there on (None: nothing yet); ``final`` asks for a last, complete read
@@ -291,6 +291,12 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     def render(self, plan: JobPlan) -> RequestT:
         """What ``submit`` would do. Pure: no I/O, no cluster probing."""
 
+    def ships_runtime(self, request: RequestT) -> bool:
+        """Whether the job's run directory needs ``runtime.pyz`` (some process other than
+        this one runs the runtime: a job manager, a batch script, a host's agent).
+        Default: true."""
+        return True
+
     def prepare_run_dir(self, request: RequestT, layout: RunLayout) -> None:
         """Write the backend's own files into the new run directory (job scripts...)."""
 
@@ -302,7 +308,7 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     def submit(self, request: RequestT) -> JobRecord:
         """Create the run directory and launch; on any failure undo everything."""
         plan = request.plan
-        layout = rundir.create(plan)
+        layout = rundir.create(plan, runtime=self.ships_runtime(request))
         rollback = Rollback()
         try:
             self.prepare_run_dir(request, layout)

@@ -7,7 +7,6 @@ The archive is deterministic (fixed timestamps, sorted names).
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 from .. import runtime
@@ -32,6 +31,8 @@ def runtime_sources() -> dict:
 
 def write_runtime(target: Path) -> Path:
     """Write the zipapp to ``target`` (atomically) and return it."""
+    import zipfile
+
     tmp = target.with_name(target.name + ".tmp")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, text in runtime_sources().items():

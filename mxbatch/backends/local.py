@@ -21,7 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
-from typing import Callable, ClassVar, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, ClassVar, Dict, List, Optional, Tuple
 
 from ..quoting import shell_words
 from ..runtime import net, procs, wire
@@ -34,8 +34,10 @@ from ..spec.plan import JobPlan
 from ..spec.typed import option
 from .base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
 from .records import JobRecord
-from .status import JobStatus
 from .supervised import status_supervised_here
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .status import JobStatus
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +102,10 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
     def attach(self, request: LocalRequest) -> LocalRequest:
         """The request for supervising the job in this process (see ``supervise_here``)."""
         return dataclasses.replace(request, attached=True)
+
+    def ships_runtime(self, request: LocalRequest) -> bool:
+        """An attached job's agent is this process: only a job manager runs runtime.pyz."""
+        return not request.attached
 
     def launch(self, request: LocalRequest, layout: RunLayout,
                rollback: Rollback) -> LocalHandle:

@@ -10,7 +10,6 @@ backend.
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Type
 
@@ -50,7 +49,17 @@ def builtin_names() -> List[str]:
     return sorted(_BUILTIN)
 
 
+def is_known(name: str) -> bool:
+    """Whether ``name`` is a backend users may name (``names``), reading the installed
+    plugins only when it is no built-in one."""
+    return name in _BUILTIN or name in _plugins()
+
+
 def _plugins() -> Dict[str, str]:
+    """The plugins' backends (reading every installed package's entry points: slow,
+    so only when a name is not a built-in one)."""
+    from importlib.metadata import entry_points
+
     try:
         group = entry_points(group=GROUP)  # type: ignore[call-arg]
     except TypeError:  # Python 3.9: no selection by group
@@ -66,14 +75,13 @@ def unknown_backend_hint(word: str, known: List[str]) -> str:
 def check_spec_backends(spec: JobSpec) -> None:
     """The spec's ``backend:`` and every ``backends.<name>`` block name a backend that
     exists; a ``SpecError`` at the key otherwise."""
-    known = names()
-    if spec.backend is not None and spec.backend not in known:
+    if spec.backend is not None and not is_known(spec.backend):
         raise spec.locations.error(("backend",), f"unknown backend {spec.backend!r}",
-                                   unknown_backend_hint(spec.backend, known))
+                                   unknown_backend_hint(spec.backend, names()))
     for name in spec.backend_options:
-        if name not in known:
+        if not is_known(name):
             raise spec.locations.error(("backends", name), "unknown backend",
-                                       unknown_backend_hint(name, known))
+                                       unknown_backend_hint(name, names()))
 
 
 def options_for(spec: JobSpec, name: str) -> Any:

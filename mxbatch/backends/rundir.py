@@ -2,7 +2,8 @@
 
 ``check_writable`` runs before anything is created so a bad ``rendezvous.dir``
 fails with nothing half-done; ``create`` makes the directory (mode 0700) with
-``plan.json``, ``runtime.pyz``, the exception hook, ``logs/``, and every record
+``plan.json``, ``runtime.pyz`` (unless the submitting process supervises the job
+itself), the exception hook, ``logs/``, and every record
 file the tasks will look for (attempt 0's; the attempt loop prepares a later one's),
 ``attempts.json`` and ``cancel.json`` (``FileRendezvous.prepare``: a task never looks for a
 file that does not exist yet, which an NFS client would cache as missing).
@@ -11,7 +12,6 @@ file that does not exist yet, which an NFS client would cache as missing).
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from ..errors import SpecError
@@ -27,8 +27,9 @@ def check_writable(plan: JobPlan) -> None:
     base = plan.run_dir.parent
     try:
         base.mkdir(parents=True, exist_ok=True, mode=0o700)
-        probe = tempfile.mkdtemp(prefix=".mxbatch-probe-", dir=base)
-        os.rmdir(probe)
+        probe = base / f".mxbatch-probe-{os.getpid()}-{os.urandom(4).hex()}"
+        probe.mkdir(mode=0o700)
+        probe.rmdir()
     except OSError as exc:
         raise plan.spec.error(("rendezvous", "dir"),
                               f"cannot create run directories in {base}: "
@@ -37,15 +38,18 @@ def check_writable(plan: JobPlan) -> None:
         raise SpecError(f"run directory {plan.run_dir} already exists (job ids are never reused)")
 
 
-def create(plan: JobPlan) -> RunLayout:
-    """Create and fill the run directory of ``plan``; returns its layout."""
+def create(plan: JobPlan, runtime: bool = True) -> RunLayout:
+    """Create and fill the run directory of ``plan``; returns its layout. ``runtime``:
+    write ``runtime.pyz`` (not for a job whose only supervisor is the submitting
+    process itself, an attached local job: nothing would run it)."""
     check_writable(plan)
     layout = plan.run.layout
     os.mkdir(layout.root, mode=0o700)
     for name in RunLayout.SUBDIRS:
         os.mkdir(os.path.join(layout.root, name), mode=0o700)
     Path(layout.plan).write_text(plan.run.to_json())
-    bundle.write_runtime(Path(layout.runtime))
+    if runtime:
+        bundle.write_runtime(Path(layout.runtime))
     pyhook.install(layout.pyhook_dir)
     FileRendezvous(layout.root).prepare(plan.run)
     for path in (layout.attempts_record, layout.cancel):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import statistics
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -217,6 +216,8 @@ def throughput(tasks: List[TaskStatus]) -> Tuple[Optional[float], List[str]]:
     total = round(sum(t.samples_per_sec or 0.0 for t in counted), 2) if counted else None
     slow = []
     if len(running) >= 2:
+        import statistics  # only with metrics (the module costs a job's start-up time)
+
         for task in running:
             peers = [t.samples_per_sec or 0.0 for t in running if t is not task]
             if (task.samples_per_sec or 0.0) < STRAGGLER_RATIO * statistics.median(peers):

@@ -4,7 +4,7 @@ liveness."""
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import TYPE_CHECKING, Dict
 
 from ..runtime import procs
 from ..runtime.attempts import read_attempts
@@ -12,7 +12,9 @@ from ..runtime.rendezvous import FileRendezvous, TaskKey
 from ..runtime.states import TaskState
 from .base import load_run_plan
 from .records import JobRecord
-from .status import JobStatus, NativeState, merge, with_attempts
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .status import JobStatus
 
 
 def status_supervised_here(backend: str, record: JobRecord, supervisor_pid: int) -> JobStatus:
@@ -20,7 +22,10 @@ def status_supervised_here(backend: str, record: JobRecord, supervisor_pid: int)
     supervisor's liveness says of each task (alive: queued until its record says it
     started; gone: gone), then its attempts. Liveness is read before the records: a
     supervisor that has ended wrote its final records first, so they are read complete
-    (never "gone without a record")."""
+    (never "gone without a record"). (``status`` is imported here: a job's first role
+    starts before anyone asks for its status.)"""
+    from .status import NativeState, merge, with_attempts
+
     plan = load_run_plan(record)
     alive = procs.pid_alive(supervisor_pid)
     attempts = read_attempts(record.layout.attempts_record)

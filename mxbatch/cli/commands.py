@@ -4,36 +4,42 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import os
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 import click
 
 from .. import __version__
-from ..backends import records
-from ..backends.registry import load_site_config
-from ..backends.status import JobState, JobStatus
 from ..errors import BadInput, ExitCode, MxbatchError
-from ..jobs import submit as jobs
-from ..jobs.cause import Cause, failure_cause
-from ..jobs.follow import follow, supervise
 from ..jobs.interrupts import HeldSignals, check_interrupted
-from ..jobs.scripts import missing_scripts
-from ..runtime.roles import Role
-from ..spec import config as siteconfig
-from ..spec import parse as specs
-from ..spec.envflags import common_env
 from ..spec.schema import DEFAULT_BACKEND
 from . import jsonout
 from . import launch as launchcli
 from .completion import job_ids, profile_names
-from .internal import internal_error
 from .params import Duration, backend_option
-from .tables import task_table, throughput_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..backends import records
+    from ..backends.status import JobStatus
+    from ..jobs.cause import Cause
+    from ..runtime.roles import Role
+    from ..spec import parse as specs
+
+#: the commands defined in modules of their own: imported when used or listed (each
+#: command imports what only it needs, so that ``launch`` starts its first role soon)
+LAZY_COMMANDS: Dict[str, Tuple[str, str]] = {
+    "list": ("listing", "list_command"),
+    "clean": ("listing", "clean_command"),
+    "logs": ("logs", "logs_command"),
+    "config": ("site", "config_group"),
+    "doctor": ("site", "doctor_command"),
+    "completion": ("completion", "completion_command"),
+}
 
 _BACKEND = backend_option(f"the spec's or profile's backend, else {DEFAULT_BACKEND}")
 _JSON = click.option("--json", "as_json", is_flag=True,
@@ -91,6 +97,8 @@ class _Main(click.Group):
             loop = symlink_loop(exc)
             if loop is not None:
                 raise loop from None
+            from .internal import internal_error
+
             raise internal_error(exc) from None
 
     def make_context(self, *args, **kwargs) -> click.Context:
@@ -98,6 +106,22 @@ class _Main(click.Group):
             return super().make_context(*args, **kwargs)
         except KeyboardInterrupt:
             raise MxbatchError("interrupted", ExitCode.INTERRUPTED) from None
+
+    def list_commands(self, ctx: click.Context) -> List[str]:
+        return sorted(set(self.commands) | set(LAZY_COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> Optional[click.Command]:
+        if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
+            module_name, attribute = LAZY_COMMANDS[cmd_name]
+            module = importlib.import_module(f"{__package__}.{module_name}")
+            self.add_command(getattr(module, attribute), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def resolve_command(self, ctx: click.Context, args: List[str]):
+        if args and args[0] not in self.commands and args[0] not in LAZY_COMMANDS:
+            for name in LAZY_COMMANDS:  # an unknown name: "did you mean" weighs them all
+                self.get_command(ctx, name)
+        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """Each command's whole first sentence, wrapped rather than cut at the width."""
@@ -114,6 +138,8 @@ class _Main(click.Group):
         try:
             return super().main(*args, **kwargs)
         except Exception as exc:  # outside invoke: parsing the command line, completion
+            from .internal import internal_error
+
             error = internal_error(exc)
             error.show()
             sys.exit(error.exit_code)
@@ -153,6 +179,8 @@ def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
     Arguments after -- are appended to every role's command:
     mxbatch submit job.yaml -- --epochs 3
     """
+    from ..spec import config as siteconfig
+
     spec = _spec_with_flags(spec_file, profile, name, env, extra_args)
     _submit_and_maybe_follow(spec, siteconfig.backend_name(spec, backend), workers, servers,
                              wait, quiet, as_json, max_restarts=max_restarts)
@@ -161,6 +189,11 @@ def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
 def _spec_with_flags(spec_file: Path, profile: Optional[str], name: Optional[str],
                      env: Tuple[str, ...], extra_args: Tuple[str, ...]) -> specs.JobSpec:
     """The spec of ``submit``/``render`` with ``--name``, ``--env`` and ``-- ARGS``."""
+    from ..backends.registry import load_site_config
+    from ..spec import config as siteconfig
+    from ..spec import parse as specs
+    from ..spec.envflags import common_env
+
     spec = siteconfig.load_job(spec_file, profile=profile, site=load_site_config())
     return specs.with_overrides(spec, name=name, env=common_env(env, os.environ),
                                 extra_args=extra_args)
@@ -193,6 +226,9 @@ def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Op
                              as_json: bool = False,
                              count_flags: Optional[Dict[Role, str]] = None,
                              max_restarts: Optional[int] = None) -> None:
+    from ..jobs import submit as jobs
+    from ..jobs.scripts import missing_scripts
+
     backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers,
                                     count_flags=count_flags, max_restarts=max_restarts)
     if backend.workdir_is_here():
@@ -242,6 +278,8 @@ def _status_document(record: records.JobRecord, status: JobStatus,
 
 def _print_final(backend, record: records.JobRecord, status: JobStatus) -> None:
     """``--json`` of an attached command: the final status, and its cause if it failed."""
+    from ..jobs.cause import failure_cause
+
     click.echo(jsonout.dumps(_status_document(record, status,
                                               failure_cause(backend, record, status))))
 
@@ -250,6 +288,7 @@ def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *
                         stream_logs: bool, quiet: bool = False, as_json: bool = False) -> None:
     """This process supervises the job (the local backend attached): Ctrl-C cancels it.
     ``held`` holds signals back until the supervisor has installed its handlers."""
+    from ..jobs.follow import supervise
     from .progress import Progress, choose_mode
 
     progress = Progress(choose_mode(sys.stderr, quiet), sys.stderr, record.submitted_at)
@@ -265,6 +304,8 @@ def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *
         status, interrupted = backend.status(record), "SIGINT"
     finally:
         progress.clear()
+    from ..backends.status import JobState  # not before: the roles start sooner
+
     if as_json:
         _print_final(backend, record, status)
     _report(backend, record, status)
@@ -280,6 +321,8 @@ def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
                      held: Optional[HeldSignals] = None) -> None:
     """Follow the job until it ends; Ctrl-C cancels it (``cancel_on_interrupt``) or
     leaves it running. ``held``: signals held back since the submission, released here."""
+    from ..backends.status import JobState
+    from ..jobs.follow import follow
     from .progress import Progress, choose_mode
 
     progress = Progress(choose_mode(sys.stderr, quiet), sys.stderr, record.submitted_at)
@@ -311,6 +354,9 @@ def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
 def _report(backend, record: records.JobRecord, status: JobStatus) -> None:
     """The final summary on stderr: the outcome, how long the job took (submission to
     its last task's end), and for a failure its cause in the failing role's own words."""
+    from ..backends.status import JobState
+    from ..jobs.cause import failure_cause
+
     duration = (status.ended_at or time.time()) - record.submitted_at
     if status.state is JobState.SUCCEEDED:
         _err(f"mxbatch: job {status.job_id} SUCCEEDED ({duration:.1f}s)"
@@ -393,6 +439,8 @@ def render(spec_file: Path, backend: Optional[str], workers: Optional[int],
            as_json: bool, all_backends: bool, name: Optional[str], env: Tuple[str, ...],
            extra_args: Tuple[str, ...]) -> None:
     """Print exactly what submit would run (per-task argv and env, job scripts)."""
+    from ..spec import config as siteconfig
+
     spec = _spec_with_flags(spec_file, profile, name, env, extra_args)
     _render(spec, siteconfig.backend_name(spec, backend), "json" if as_json else output_format,
             workers, servers)
@@ -402,10 +450,13 @@ def _render(spec: specs.JobSpec, backend: str, output_format: str, workers: Opti
             servers: Optional[int], count_flags: Optional[Dict[Role, str]] = None) -> None:
     """``render``'s output (and ``launch --render``'s): text, json or shell.
     ``count_flags``: the flags that set counts in ``spec`` (default: ``-n``, ``-s``)."""
+    from ..jobs import submit as jobs
+
     if count_flags is None:
         count_flags = jobs.count_flags_of(workers, servers)
     if output_format == "shell":
         from ..jobs.shellscript import render_script
+        from ..spec import parse as specs
 
         click.echo(render_script(specs.with_counts(spec, workers, servers), backend,
                                  count_flags=count_flags), nl=False)
@@ -426,6 +477,11 @@ def _render(spec: specs.JobSpec, backend: str, output_format: str, workers: Opti
 @_JSON
 def status(job_id: str, as_json: bool) -> None:
     """Show the state of every task of JOB_ID."""
+    from ..backends import records
+    from ..jobs import submit as jobs
+    from ..jobs.cause import failure_cause
+    from .tables import task_table, throughput_text
+
     record = records.load(job_id)
     backend = jobs.backend_for_record(record)
     result = backend.status(record)
@@ -476,6 +532,9 @@ def _show_attempts(result: JobStatus) -> None:
 @_JSON
 def cancel(job_id: str, as_json: bool) -> None:
     """Stop JOB_ID; nothing of it stays queued or running. A no-op on an ended job."""
+    from ..backends import records
+    from ..jobs import submit as jobs
+
     record = records.load(job_id)
     backend = jobs.backend_for_record(record)
     before = backend.status(record)
@@ -495,16 +554,15 @@ def cancel(job_id: str, as_json: bool) -> None:
         _err(f"mxbatch: job {job_id} {after.state.value}")
 
 
-#: the states of a job whose outcome is known
-_OUTCOMES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-
-
 def already_ended(before: JobStatus, after: JobStatus) -> bool:
     """Whether the job's outcome was settled before a cancel: it had ended, or it was
     ending with the outcome it then had (another cancel, or a failure, stopping its
     tasks), so this cancel changed nothing. A job seen CANCELLED whose tasks were
     still stopping (parallel cancels) had ended, as its ``state_before`` says."""
-    return before.terminal or (before.state in _OUTCOMES and after.state is before.state)
+    from ..backends.status import JobState
+
+    outcomes = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+    return before.terminal or (before.state in outcomes and after.state is before.state)
 
 
 @main.command(name="wait")
@@ -518,24 +576,10 @@ def already_ended(before: JobStatus, after: JobStatus) -> bool:
 def wait_command(job_id: str, timeout: Optional[float], stream_logs: bool, quiet: bool,
                  as_json: bool) -> None:
     """Block until JOB_ID ends; exit 0 only if it succeeded."""
+    from ..backends import records
+    from ..jobs import submit as jobs
+
     record = records.load(job_id)
     _follow_and_exit(jobs.backend_for_record(record), record,
                      stream_logs=stream_logs and not as_json, timeout=timeout,
                      cancel_on_interrupt=False, quiet=quiet, as_json=as_json)
-
-
-def _add_site_commands() -> None:
-    from .completion import completion_command
-    from .listing import clean_command, list_command
-    from .logs import logs_command
-    from .site import config_group, doctor_command
-
-    main.add_command(list_command)
-    main.add_command(logs_command)
-    main.add_command(clean_command)
-    main.add_command(config_group)
-    main.add_command(doctor_command)
-    main.add_command(completion_command)
-
-
-_add_site_commands()

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, List, Optional
 
 import click
@@ -50,11 +49,13 @@ class BackendName(click.ParamType):
 
     def convert(self, value: Any, param: Optional[click.Parameter],
                 ctx: Optional[click.Context]) -> str:
-        from ..backends.registry import names
+        from ..backends.registry import is_known, names
+
+        if is_known(value):
+            return value
+        import difflib
 
         known = names()
-        if value in known:
-            return value
         close = difflib.get_close_matches(str(value), known, n=1, cutoff=0.5)
         self.fail(f"unknown backend {value!r} "
                   + (f"(did you mean {close[0]!r}?)" if close

@@ -24,11 +24,13 @@ from __future__ import annotations
 import enum
 import shutil
 import time
-from typing import Callable, Dict, Optional, TextIO
+from typing import TYPE_CHECKING, Callable, Dict, Optional, TextIO
 
-from ..backends.status import JobStatus
 from ..runtime.roles import Role
 from ..runtime.states import TaskState
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..backends.status import JobStatus
 
 #: seconds between plain lines when nothing changed
 PLAIN_INTERVAL_S = 30.0

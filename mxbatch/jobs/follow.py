@@ -14,11 +14,10 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Tuple
 
 from ..backends.base import Backend, LogReader, attempts_of, current_attempt, load_run_plan
 from ..backends.records import JobRecord
-from ..backends.status import JobState, JobStatus
 from ..errors import BadInput, WaitTimeout
 from ..runtime import logfile, notes, osbytes
 from ..runtime.planfile import RunPlan
@@ -27,6 +26,9 @@ from ..runtime.states import AbortKind, AbortRecord, TaskState
 from ..runtime.watch import missing_at_deadline, startup_abort
 from ..spec.inputfile import describe_mode
 from .interrupts import HeldSignals, check_interrupted
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..backends.status import JobStatus
 
 #: how often an attached job's status is read for ``on_status`` while this process
 #: supervises it
@@ -273,6 +275,8 @@ def _enforce_deadlines(plan, rdv: Rendezvous, status: JobStatus) -> None:
     """Startup deadline and vanished tasks, for when no supervisor is there to see them.
     A job with restarts has a driver of its attempts that does it (and names the end
     reason, which this could not)."""
+    from ..backends.status import JobState
+
     if plan.restarts.enabled or rdv.read_abort() is not None:
         return
     missing = missing_at_deadline(plan, rdv.read_tasks(plan.task_keys()),

@@ -3,7 +3,9 @@ container, an MPI rank) or every task of a host (the local backend's job; an ssh
 in one event loop, like torchrun's per-node agent.
 
 Each loop (every ``POLL_S``, woken at once by role output and by SIGCHLD):
-- every task steps (``TaskRunner``); a task's failure becomes the job's abort;
+- every task steps (``TaskRunner``); a task's failure becomes the job's abort; when
+  this agent's scheduler announces that members may join, this agent's members start
+  in the same loop (no backoff for a record this process has just written);
 - role output is copied from the pipes into the task logs;
 - task records are written when they change, and every ``Schedule.heartbeat_s``
   anyway (the heartbeat counter grows);
@@ -158,12 +160,16 @@ class Agent:
             wall, mono = time.time(), time.monotonic()
             self._handle_signal(wall, mono)  # before starting anything more
             self._launch(wall, mono)
-            for runner in self.runners:
+            for runner in self.runners:  # the scheduler (task 0) first
+                announced = runner.announced
                 try:
                     runner.step(wall, mono, self.workers_done_seen)
                 except (TaskFailed, AttemptEnds) as ended:
                     self._abort(ended.abort)
                 self._register(runner)
+                if runner.announced and not announced:  # members here need not poll
+                    for member in self.runners:
+                        member.look_for_scheduler_now()
             self._handle_signal(wall, mono)
             self._write_records(force=False)  # before the digest, which may count them
             self._periodic(wall, mono)

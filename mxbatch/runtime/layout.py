@@ -3,7 +3,8 @@
 ``<rendezvous.dir>/<job-id>/`` holds:
 
 - ``plan.json``: the ``RunPlan`` every task reads;
-- ``runtime.pyz``: this package as a zipapp;
+- ``runtime.pyz``: this package as a zipapp (not for an attached local job, whose
+  supervisor is the CLI itself);
 - ``pyhook/sitecustomize.py``: the exception hook put on every role's PYTHONPATH;
 - ``scheduler.json``: the ``SchedulerRecord``; ``abort.json``: the ``AbortRecord``
   (``abort.lock``: the same record, the first writer's); ``digest.json``: the

@@ -172,6 +172,11 @@ class TaskRecord:
     # the role was still running this long after its code had finished, and its
     # supervisor ended it (``rendezvous.exit_timeout``: MXNet's exit hang)
     exit_hang_s: Optional[float] = None
+    # when the supervisor started the role's process (its exec), and the CPU seconds the
+    # supervisor itself had used by then: for an attached ``mxbatch launch``, the CLI's
+    # own cost up to its first role
+    exec_at: Optional[float] = None
+    exec_cpu_s: Optional[float] = None
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)

@@ -10,7 +10,9 @@ it for every task every few tens of milliseconds.
 
 Contract of a role process:
 - it runs in its own process group (new session), dies with its agent
-  (PR_SET_PDEATHSIG), and writes no core file unless the plan allows it;
+  (PR_SET_PDEATHSIG), and writes no core file unless the plan allows it; it is started
+  without a copy of the agent (``spawn``: vfork and a tiny exec wrapper), and its
+  record says when (``exec_at``) and how much CPU the agent had used by then;
 - its stdout and stderr go through a pipe the agent reads into
   ``logs/<role>-<rank>.log`` (with the supervisor's notes), so the agent sees output
   without touching the file system;
@@ -70,6 +72,7 @@ from .procstat import GroupStat
 from .rendezvous import Backoff, Rendezvous
 from .rolehook import HookReader, HookReport, RoleEnvironment, mismatch_reason
 from .roles import Role
+from .spawn import spawn_role
 from .states import (
     AbortKind,
     AbortRecord,
@@ -130,20 +133,10 @@ _RUNTIME_EXIT_CODES = {125: "the container runtime failed: see its message in th
                        127: "the command was not found in the container"}
 
 
-def _prepare_role(core_dumps: bool, deathsig: int = signal.SIGKILL) -> None:
-    """In the child, between fork and exec: die with the agent (PR_SET_PDEATHSIG sends
-    ``deathsig``); no core file unless allowed."""
-    if not core_dumps:
-        try:
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        except (OSError, ValueError):
-            pass
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, deathsig)  # PR_SET_PDEATHSIG
-    except Exception:  # best effort: not Linux, or no libc to call
-        pass
+def _own_cpu_s() -> float:
+    """The CPU seconds (user and system) this process has used so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return round(usage.ru_utime + usage.ru_stime, 4)
 
 
 def _killpg(pgid: int, signum: int) -> None:
@@ -220,6 +213,18 @@ class TaskRunner:
     @property
     def done(self) -> bool:
         return self.phase is Phase.DONE
+
+    @property
+    def announced(self) -> bool:
+        """This task is the scheduler and has published a record members may join."""
+        return self._published is not None and self._published.joinable
+
+    def look_for_scheduler_now(self) -> None:
+        """A waiting member looks for the scheduler's record at its next step, not at the
+        end of its backoff: the scheduler's runner, in the same agent, has just
+        published it (the members of a local job start in the loop that saw it)."""
+        if self.phase is Phase.WAITING:
+            self._next_poll = 0.0
 
     # ------------------------------------------------------------------ notes and records
     def say(self, message: str) -> None:
@@ -349,10 +354,8 @@ class TaskRunner:
                     rendezvous_env.get(wire.DMLC_NODE_HOST), " ".join(argv)))
         read_end, write_end = os.pipe()
         try:
-            self.proc = subprocess.Popen(
-                argv, cwd=self.plan.workdir, env=env, stdin=subprocess.DEVNULL,
-                stdout=write_end, stderr=write_end, start_new_session=True,
-                preexec_fn=functools.partial(_prepare_role, self.plan.core_dumps, deathsig))
+            self.proc = spawn_role(argv, cwd=self.plan.workdir, env=env, output_fd=write_end,
+                                   core_dumps=self.plan.core_dumps, deathsig=deathsig)
         except OSError as exc:
             os.close(read_end)
             raise self.fail("%s: cannot start %r: %s" % (self.label, argv[0],
@@ -363,6 +366,7 @@ class TaskRunner:
         os.set_blocking(read_end, False)
         self.output_fd = read_end
         self.record.pid = self.proc.pid
+        self.record.exec_at, self.record.exec_cpu_s = time.time(), _own_cpu_s()
         self._cpu_ticks, self._progress_at, self._stopped_since = None, mono, None
         self.phase = Phase.RUNNING
         self._set(TaskState.RUNNING)

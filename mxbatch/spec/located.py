@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
-
-import yaml
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ..errors import SpecError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import yaml
 
 KeyPath = Tuple[Any, ...]
 _MAX_NODES = 100_000
@@ -117,7 +118,10 @@ def dotted(key_path: KeyPath) -> str:
 
 
 def load_located(text: str, path: Optional[Path]) -> Tuple[Any, Locations]:
-    """Parse one YAML document into plain data and the line of every key."""
+    """Parse one YAML document into plain data and the line of every key. (PyYAML is
+    imported here, by the commands that read YAML: ``launch`` reads none.)"""
+    import yaml
+
     locations = Locations(path)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -141,6 +145,8 @@ def load_located(text: str, path: Optional[Path]) -> Tuple[Any, Locations]:
 
 def _convert(node: yaml.Node, key_path: KeyPath, locations: Locations, counter: list,
              path: Optional[Path]) -> Any:
+    import yaml
+
     counter[0] += 1
     if counter[0] > _MAX_NODES or len(key_path) > 50:
         raise SpecError("YAML document is too large or too deeply nested", path=path)
@@ -172,6 +178,8 @@ def _convert(node: yaml.Node, key_path: KeyPath, locations: Locations, counter: 
 
 
 def _scalar(node: yaml.Node, key_path: KeyPath, path: Optional[Path]) -> Any:
+    import yaml
+
     if not isinstance(node, yaml.ScalarNode):
         raise SpecError("keys must be plain scalars", path=path,
                         line=node.start_mark.line + 1, key=dotted(key_path) or None)

@@ -12,7 +12,6 @@ exists.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import errno
 import os
 import re
@@ -524,6 +523,8 @@ def _restarts(value: Any, key_path: KeyPath, locations: Locations,
         chosen: List[EndReason] = []
         for item in items:
             if not isinstance(item, str) or item not in allowed:
+                import difflib  # only for a mistake
+
                 close = difflib.get_close_matches(str(item), allowed, n=1, cutoff=0.5)
                 raise ValueError(f"unknown end reason {item!r}"
                                  + (f" (did you mean {close[0]!r}?)" if close else
