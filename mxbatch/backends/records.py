@@ -13,9 +13,9 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from ..errors import JobNotFound
+from ..errors import ExitCode, JobNotFound, MxbatchError
 from ..runtime.files import atomic_write_json
 from ..runtime.layout import RunLayout
 from ..spec.paths import jobs_dir, mxbatch_home  # noqa: F401 (mxbatch_home: plugins)
@@ -28,7 +28,10 @@ RECORD_VERSION = 1
 @dataclasses.dataclass(frozen=True)
 class JobRecord:
     """What ``submit`` did. ``handle``: the backend's handle (native ids) as plain data;
-    ``options``: the backend options it was submitted with, as plain data."""
+    ``options``: the backend options it was submitted with, as plain data;
+    ``submitting``: saved before the launch, which has not finished (or whose submitter
+    died before it saved the record with the handle): nothing is known of the job's
+    native ids, only that its processes carry its id (``MXBATCH_JOB_ID``)."""
 
     job_id: str
     backend: str
@@ -38,6 +41,7 @@ class JobRecord:
     handle: Dict[str, Any] = dataclasses.field(default_factory=dict)
     options: Dict[str, Any] = dataclasses.field(default_factory=dict)
     version: int = RECORD_VERSION
+    submitting: bool = False
 
     @property
     def run_path(self) -> Path:
@@ -65,10 +69,23 @@ def _jobs_dir() -> Path:
     return path
 
 
+class RecordUnwritable(MxbatchError):
+    """The jobs directory cannot take a record (full, read-only, not ours): exit 2, like
+    a run directory that cannot be created (the user's settings must change)."""
+
+    exit_code = ExitCode.USAGE
+
+
 def save(record: JobRecord) -> Path:
-    """Write ``record`` atomically; returns its path."""
-    path = _jobs_dir() / f"{record.job_id}.json"
-    atomic_write_json(str(path), record.to_dict(), indent=2)
+    """Write ``record`` atomically; returns its path. ``RecordUnwritable`` when it
+    cannot be written."""
+    try:
+        path = _jobs_dir() / f"{record.job_id}.json"
+        atomic_write_json(str(path), record.to_dict(), indent=2)
+    except OSError as exc:
+        raise RecordUnwritable(f"cannot write the record of job {record.job_id} in "
+                               f"{jobs_dir()} ($MXBATCH_HOME/jobs): "
+                               f"{exc.strerror or exc}") from None
     return path
 
 
@@ -85,20 +102,49 @@ def load(job_id: str) -> JobRecord:
                           f"{exc}") from None
 
 
-def all_records() -> List[JobRecord]:
-    """Every readable record, newest first."""
-    records = []
+@dataclasses.dataclass(frozen=True)
+class UnreadableRecord:
+    """A file in the jobs directory that is no job record (emptied, truncated,
+    corrupted): its job id (the file's name), why it cannot be read, and when the file
+    was last written."""
+
+    job_id: str
+    path: str
+    problem: str
+    modified_at: float
+
+
+def scan() -> Tuple[List[JobRecord], List[UnreadableRecord]]:
+    """Every record, newest first, and every file that should be one but cannot be
+    read, newest first."""
+    readable: List[JobRecord] = []
+    unreadable: List[UnreadableRecord] = []
     for path in _jobs_dir().glob("*.json"):
         try:
-            records.append(JobRecord.from_dict(json.loads(path.read_text())))
-        except (OSError, ValueError):
-            continue
-    return sorted(records, key=lambda r: r.submitted_at, reverse=True)
+            readable.append(JobRecord.from_dict(json.loads(path.read_text())))
+        except FileNotFoundError:
+            continue  # removed meanwhile (clean)
+        except (OSError, ValueError) as exc:
+            try:
+                modified = path.stat().st_mtime
+            except OSError:
+                modified = 0.0
+            unreadable.append(UnreadableRecord(path.stem, str(path),
+                                               str(exc) or type(exc).__name__, modified))
+    readable.sort(key=lambda r: r.submitted_at, reverse=True)
+    unreadable.sort(key=lambda r: r.modified_at, reverse=True)
+    return readable, unreadable
+
+
+def all_records() -> List[JobRecord]:
+    """Every readable record, newest first (``scan`` also says which cannot be read)."""
+    return scan()[0]
 
 
 def delete(job_id: str) -> Path:
-    """Remove the record of ``job_id`` (``clean``); its path. Missing: nothing to do."""
-    path = _jobs_dir() / f"{job_id}.json"
+    """Remove the record of ``job_id`` (``clean``, a submission rolled back); its path.
+    Missing: nothing to do."""
+    path = jobs_dir() / f"{job_id}.json"
     try:
         path.unlink()
     except FileNotFoundError:

@@ -19,6 +19,7 @@ from ..backends.registry import load_site_config
 from ..backends.status import JobState, JobStatus
 from ..errors import ExitCode, MxbatchError
 from ..jobs import submit as jobs
+from ..jobs.cancelling import cancel_job
 from ..jobs.cause import Cause, failure_cause
 from ..jobs.follow import follow, supervise
 from ..jobs.interrupts import HeldSignals, check_interrupted
@@ -457,19 +458,33 @@ def _show_attempts(result: JobStatus) -> None:
 @_JSON
 def cancel(job_id: str, as_json: bool) -> None:
     """Stop JOB_ID; nothing of it stays queued or running. A no-op on an ended job."""
-    record = records.load(job_id)
-    backend = jobs.backend_for_record(record)
-    before = backend.status(record)
-    backend.cancel(record)
-    after = backend.status(record)
+    report = cancel_job(job_id)
+    before, after = report.before, report.after
     if as_json:
         click.echo(jsonout.dumps(jsonout.document(
-            {"job_id": job_id, "state": after.state.value, "already_ended": before.terminal,
-             "state_before": before.state.value, "submitted_at": record.submitted_at})))
-    if before.terminal:
+            {"job_id": job_id, "state": after.state.value if after else "UNKNOWN",
+             "already_ended": report.already_ended,
+             "state_before": before.state.value if before else "UNKNOWN",
+             "submitted_at": report.record.submitted_at if report.record else None,
+             "killed": [{"pid": k.pid, "command": k.command} for k in report.killed],
+             **({"problem": report.problem} if report.problem else {})})))
+    killed = ", ".join(k.describe() for k in report.killed)
+    count = f"{len(report.killed)} process{'es' if len(report.killed) != 1 else ''}"
+    if report.problem:
+        _err(f"mxbatch: {report.problem}")
+    if before is None:
+        _err(f"mxbatch: job {job_id}: killed {count} of it on this host (found by "
+             f"MXBATCH_JOB_ID): {killed}" if report.killed
+             else f"mxbatch: job {job_id}: nothing of it runs on this host")
+    elif before.terminal and report.killed:
+        _err(f"mxbatch: job {job_id} had ended ({before.state.value}), but {count} of it "
+             f"still ran without its supervisor: killed {killed}")
+    elif before.terminal:
         _err(f"mxbatch: job {job_id} had already ended ({before.state.value})")
     else:
-        _err(f"mxbatch: job {job_id} {after.state.value}")
+        _err(f"mxbatch: job {job_id} {after.state.value if after else 'cancelled'}"
+             + (f"; killed {count} that outlived its supervisor: {killed}"
+                if report.killed else ""))
 
 
 @main.command(name="wait")

@@ -17,7 +17,7 @@ from typing import Callable, Iterator, List, Optional, Tuple
 from ..backends.base import Backend, LogReader, attempts_of, current_attempt, load_run_plan
 from ..backends.records import JobRecord
 from ..backends.status import JobState, JobStatus
-from ..errors import WaitTimeout
+from ..errors import MxbatchError, WaitTimeout
 from ..runtime import notes, osbytes
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import Rendezvous
@@ -216,7 +216,10 @@ def supervise(backend: Backend, record: JobRecord, *, stream_logs: bool,
             next_status[0] = now + STATUS_INTERVAL_S
             stream.follow_attempt(current_attempt(record))
             if on_status is not None:
-                on_status(backend.status(record))
+                try:
+                    on_status(backend.status(record))
+                except MxbatchError:  # its run directory is gone: the agent stops the job
+                    pass
 
     interrupted = backend.supervise_here(record, on_tick=tick)
     backend.cancel(record)  # idempotent: SIGKILLs anything of the job that is left
