@@ -28,15 +28,18 @@ def host_addresses(env: Dict[str, str]) -> Dict[str, str]:
 
 def fake_spec(tmp_path: Path, backend: str, hosts_env: Dict[str, str], *, name: str,
               workers: int = 2, servers: int = 2, env: Optional[Dict[str, str]] = None,
-              grace: str = "2s", startup: str = "120s") -> Path:
+              grace: str = "2s", startup: str = "120s", heartbeat: str = "30s",
+              worker: Optional[List[str]] = None) -> Path:
     """A job of stand-in roles (tests/fakerole.py) on the 4 test hosts through
-    ``backend`` (ssh or mpi)."""
+    ``backend`` (ssh or mpi); ``worker``: the workers' command instead."""
     role = [sys.executable, str(FAKEROLE)]
     options = f"hostfile: {hosts_env['MXBATCH_TEST_HOSTFILE']}"
     text = (f"name: {name}\ncommand: {json.dumps(role)}\nworkdir: {tmp_path}\n"
             f"env: {json.dumps(env or {})}\n"
-            f"roles:\n  server: {{count: {servers}}}\n  worker: {{count: {workers}}}\n"
-            f"rendezvous: {{startup_timeout: {startup}, grace: {grace}}}\n"
+            f"roles:\n  server: {{count: {servers}}}\n"
+            f"  worker: {{count: {workers}, command: {json.dumps(worker or role)}}}\n"
+            f"rendezvous: {{startup_timeout: {startup}, grace: {grace}, "
+            f"heartbeat_timeout: {heartbeat}}}\n"
             f"backends:\n  {backend}: {{{options}}}\n")
     path = tmp_path / f"{name}.yaml"
     path.write_text(text)

@@ -36,7 +36,7 @@ def test_every_reporting_command_prints_one_versioned_document(cli, tmp_path):
     cancelled = _json(cli.run("cancel", job, "--json"))
     assert cancelled == {"schema": SCHEMA, "job_id": job, "state": "SUCCEEDED",
                          "already_ended": True, "state_before": "SUCCEEDED",
-                         "submitted_at": submitted["submitted_at"]}
+                         "submitted_at": submitted["submitted_at"], "killed": []}
     # one time field, one format, in every job document
     stamps = {d["submitted_at"] for d in (submitted, waited, status, rows[0], cancelled)}
     assert len(stamps) == 1 and TIMESTAMP.fullmatch(stamps.pop())

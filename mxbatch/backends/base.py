@@ -25,7 +25,6 @@ from __future__ import annotations
 import abc
 import dataclasses
 import os
-import shutil
 import socket
 import sys
 from pathlib import Path
@@ -44,9 +43,9 @@ from typing import (
     TypeVar,
 )
 
-from ..errors import BadInput, MxbatchError
+from ..errors import BadInput, JobNotFound, MxbatchError
 from ..quoting import env_assignments, shell_words
-from ..runtime import logfile, osbytes
+from ..runtime import logfile, osbytes, procs
 from ..runtime.attempts import AttemptsRecord, read_attempts
 from ..runtime.layout import RunLayout
 from ..runtime.planfile import DEFAULT_ABORT_POLL_S, RunPlan
@@ -56,7 +55,7 @@ from ..runtime.states import AbortKind, AbortRecord, EndReason
 from ..spec.plan import DEFAULT_MAX_TASKS, JobPlan
 from ..spec.schema import ContainerRuntime, JobSpec
 from ..spec.typed import from_data, to_data
-from . import containers, rundir
+from . import containers, records, rundir
 from .records import JobRecord
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -235,7 +234,13 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
 
     def handle_of(self, record: JobRecord) -> HandleT:
         """The native ids of the job's current attempt: those of the attempt's native
-        submission (``attempts.json``) for a batch job's relaunch, else the record's."""
+        submission (``attempts.json``) for a batch job's relaunch, else the record's.
+        ``JobNotFound`` for a record saved before the launch finished (no ids yet)."""
+        if record.submitting:
+            raise JobNotFound(f"job {record.job_id} has no native ids: its submission has "
+                              "not finished, or its submitter ended before it recorded "
+                              f"them (`mxbatch cancel {record.job_id}` stops its processes "
+                              "on this host)")
         attempts = attempts_of(record)
         if attempts is not None and attempts.current.native:
             return self.handle_class.from_dict(attempts.current.native)
@@ -306,20 +311,41 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         step that succeeded (submitted array job...), so a later failure leaves nothing."""
 
     def submit(self, request: RequestT) -> JobRecord:
-        """Create the run directory and launch; on any failure undo everything."""
+        """Save the job's record (``submitting``) before anything starts, create the run
+        directory, launch, and save the record with the handle; on any failure undo
+        everything, records included (``Rollback``: a job never runs without a record,
+        and a submission that fails leaves nothing running). A record that cannot be
+        written (a full or read-only ``$MXBATCH_HOME/jobs``) is ``RecordUnwritable``."""
         plan = request.plan
-        layout = rundir.create(plan, runtime=self.ships_runtime(request))
         rollback = Rollback()
+        launched = False
         try:
+            records.save(self.record_of(request))
+            rollback.push("the job's record", lambda: records.delete(plan.job_id))
+            layout = rundir.create(plan, rollback.push, runtime=self.ships_runtime(request))
             self.prepare_run_dir(request, layout)
             handle = self.launch(request, layout, rollback)
+            launched = True
+            record = self.record_of(request, handle)
+            records.save(record)
+        except records.RecordUnwritable as exc:
+            rollback.run()
+            raise records.RecordUnwritable(
+                exc.message + ("; the job was stopped and removed: nothing of it runs"
+                               if launched else "; nothing was started")) from None
         except BaseException:
             rollback.run()
-            shutil.rmtree(layout.root, ignore_errors=True)
             raise
-        return JobRecord(job_id=plan.job_id, backend=self.name, run_dir=layout.root,
+        return record
+
+    def record_of(self, request: RequestT, handle: Optional[HandleT] = None) -> JobRecord:
+        """The job record of ``request``; without ``handle``, the one saved before the
+        launch (``submitting``: nothing is known of the job's native ids yet)."""
+        plan = request.plan
+        return JobRecord(job_id=plan.job_id, backend=self.name, run_dir=plan.run.run_dir,
                          spec_path=str(plan.spec.source) if plan.spec.source else None,
-                         handle=handle.to_dict(), options=to_data(self.options))
+                         handle=handle.to_dict() if handle is not None else {},
+                         options=to_data(self.options), submitting=handle is None)
 
     def started(self, record: JobRecord) -> None:
         """The job is submitted and its record saved: start what drives it beyond this
@@ -371,32 +397,72 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
     def remove(self, record: JobRecord, handle: HandleT, run: RunPlan) -> None:
         """Make sure nothing of the job is left queued or running. Idempotent."""
 
-    def cancel(self, record: JobRecord) -> None:
+    def remove_without_plan(self, record: JobRecord, handle: HandleT) -> None:
+        """``remove`` for a job whose plan cannot be read (emptied, corrupted): by the
+        native ids alone. Default: ``remove`` with a plan that knows no task."""
+        self.remove(record, handle, stand_in_plan(record))
+
+    def cancel(self, record: JobRecord) -> List[procs.Leftover]:
         """Stop the job; idempotent; nothing remains queued or running afterwards (its
         containers on this host included, whatever killed their supervisors). The
         job's own cancel record comes first (an attempt loop waiting between two
-        attempts starts no other), then the current attempt's abort record."""
+        attempts starts no other), then the current attempt's abort record. A job that
+        ended lost (its supervisor killed, stopped or hung) gets the abort record that
+        says so: a supervisor that was only stopped reads it once it runs again.
+
+        A plan that cannot be read stops nothing from being cancelled: the records are
+        written all the same (the supervisors have the plan in memory), and the job is
+        removed by its native ids (``remove_without_plan``). Last, every process of the
+        job still on this host (``MXBATCH_JOB_ID``: a role's children that outlived a
+        killed agent...) is killed: those are returned."""
+        from .status import JobState
+
         handle = self.handle_of(record)
-        run = load_run_plan(record)
-        if not self.status(record).terminal:
-            atomic_write_json(record.layout.cancel, cancel_abort().to_dict())
-            self.rendezvous(record).write_abort(cancel_abort())
-            self.await_stopped(record, handle, run)
-            self.await_driver(record, run)
+        try:
+            run: Optional[RunPlan] = load_run_plan(record)
+        except MxbatchError:
+            run = None
+        status = self.status(record) if run is not None else None
+        if status is None or not status.terminal:
+            self._write_quietly(record, lambda: atomic_write_json(record.layout.cancel,
+                                                                  cancel_abort().to_dict()))
+            self._write_quietly(record,
+                                lambda: self.rendezvous(record).write_abort(cancel_abort()))
+            self.await_stopped(record, handle, run or stand_in_plan(record))
+            self.await_driver(record, run or stand_in_plan(record))
+        elif status.state is JobState.FAILED and status.reason:
+            lost = AbortRecord(kind=AbortKind.FAILED, reason=status.reason, log=status.log,
+                               by="mxbatch cancel")
+            self._write_quietly(record, lambda: self.rendezvous(record).write_abort(lost))
         for each in self.attempt_handles(record):  # the current one, any queued one
-            self.remove(record, each, run)
-        containers.remove_leftovers(run)
+            if run is None:
+                self.remove_without_plan(record, each)
+            else:
+                self.remove(record, each, run)
+        if run is not None:
+            containers.remove_leftovers(run)
+        return procs.reap_job(record.job_id)
+
+    @staticmethod
+    def _write_quietly(record: JobRecord, write: Callable[[], Any]) -> None:
+        """A record for the job's supervisors, unless its run directory cannot be written
+        (full, read-only, gone): then they are stopped by the steps that follow."""
+        try:
+            write()
+        except OSError as exc:
+            sys.stderr.write(f"mxbatch: cannot write to the run directory of "
+                             f"{record.job_id}: {exc.strerror or exc}: stopping it by "
+                             "signal\n")
 
     def await_driver(self, record: JobRecord, run: RunPlan) -> None:
         """After a cancel: wait (bounded) until the driver of the job's attempts has
         ended (it starts no other attempt once the cancel record is there)."""
-        from ..runtime import procs
-
         attempts = attempts_of(record)
         if attempts is None or attempts.final or attempts.driver_pid is None:
             return
-        if attempts.driver_pid != os.getpid() and attempts.driver_host == socket.gethostname():
-            procs.wait_gone([attempts.driver_pid], run.grace_s + 60)
+        driver = procs.Process(attempts.driver_pid, attempts.driver_started)
+        if driver != procs.Process.of(os.getpid()) and attempts.driver_host == socket.gethostname():
+            procs.wait_gone([driver], run.grace_s + 60)
 
     # ------------------------------------------------------------------ logs
     def log_reader(self, record: JobRecord, role: Role, rank: int,
@@ -420,6 +486,13 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         except OSError as exc:
             raise BadInput(f"cannot read the log of {role.value}[{rank}] at {path}: "
                            f"{exc.strerror or exc}") from None
+
+
+def stand_in_plan(record: JobRecord) -> RunPlan:
+    """What is known of a job's plan without its ``plan.json``: its id and run directory,
+    and the defaults (no task)."""
+    return RunPlan(job_id=record.job_id, run_dir=record.run_dir, workdir=record.run_dir,
+                   python=sys.executable, created_at=record.submitted_at)
 
 
 def load_run_plan(record: JobRecord) -> RunPlan:

@@ -10,7 +10,10 @@ attempt in the same process; SIGTERM to it is a preemption when ``restarts.on`` 
 it (the workers checkpoint, the job relaunches), else a cancel. Tasks advertise
 127.0.0.1 unless an interface is given. ``cancel`` writes the abort record, gives the
 agent the grace period to stop the roles, then SIGKILLs whatever of the job is left
-(found by its ``MXBATCH_JOB_ID`` environment variable).
+(found by its ``MXBATCH_JOB_ID`` environment variable). The manager is named by its
+pid and start time (``procs.Process``), and ``status`` takes it for gone once its
+task records have not been written for the heartbeat timeout (``supervised``): a
+stopped or hung manager does not leave the job RUNNING for ever.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Callable, ClassVar, Dict, List, Optional, Tuple
 
+from ..errors import ExitCode, MxbatchError
 from ..quoting import shell_words
 from ..runtime import net, procs, wire
 from ..runtime.agent import Agent
@@ -49,10 +53,17 @@ class LocalOptions:
 
 @dataclasses.dataclass(frozen=True)
 class LocalHandle(Handle):
-    """The detached job manager of the job, and where it runs."""
+    """The job manager of the job (a detached one, or the attached CLI), when it started
+    (``procs.Process``: a pid given to another process later is not it), and where it
+    runs."""
 
     manager_pid: int
     host: str = ""
+    manager_started: Optional[int] = None
+
+    @property
+    def manager(self) -> procs.Process:
+        return procs.Process(self.manager_pid, self.manager_started)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,14 +121,21 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
     def launch(self, request: LocalRequest, layout: RunLayout,
                rollback: Rollback) -> LocalHandle:
         if request.attached:
-            return LocalHandle(manager_pid=os.getpid(), host=socket.gethostname())
+            me = procs.Process.of(os.getpid())
+            return LocalHandle(manager_pid=me.pid, host=socket.gethostname(),
+                               manager_started=me.started)
         with open(layout.manager_log, "ab") as log:
             manager = subprocess.Popen(
                 list(request.manager_argv),
                 env={**os.environ, wire.JOB_ID: request.plan.job_id},
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True)
-        return LocalHandle(manager_pid=manager.pid, host=socket.gethostname())
+        handle = LocalHandle(manager_pid=manager.pid, host=socket.gethostname(),
+                             manager_started=procs.start_ticks(manager.pid))
+        rollback.push(f"the job manager (pid {manager.pid})",
+                      lambda: _stop_manager(handle, request.plan.run.grace_s,
+                                            request.plan.job_id, manager))
+        return handle
 
     def supervise_here(self, record: JobRecord,
                        on_tick: Callable[[], None]) -> Optional[str]:
@@ -131,29 +149,56 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
             agent = Agent(attempt_plan(plan, ctx.started_at, ctx.index), list(plan.tasks),
                           rdv, slots=self.options.slots, signals_cancel=True,
                           on_tick=on_tick, attempt=ctx.index,
-                          restart_reason=ctx.reason_name)
+                          restart_reason=ctx.reason_name, reap_job=True)
             agent.run()
             if agent.signal_received and not received:
                 received.append(agent.signal_received)
+            if agent.storage_error is not None:
+                raise agent.storage_error  # the loop ends the job
             return file_attempt_end(plan, rdv)
 
         loop = AttemptLoop(plan, run_attempt, on_tick=on_tick)
         outcome = loop.run().outcome
+        if loop.storage_error is not None:
+            raise MxbatchError(f"job {record.job_id} FAILED: {loop.storage_error.reason} "
+                               f"({record.run_dir}); nothing of it is left running",
+                               exit_code=ExitCode.JOB_FAILED)
         cancelled = outcome is not None and outcome.value == "cancelled"
         if loop.signal_received:
             return loop.signal_received
         return received[0] if received and cancelled else None
 
     def status(self, record: JobRecord) -> JobStatus:
-        return status_supervised_here(self.name, record, self.handle_of(record).manager_pid)
+        return status_supervised_here(self.name, record, self.handle_of(record).manager)
+
+    def await_stopped(self, record: JobRecord, handle: LocalHandle, run: RunPlan) -> None:
+        """After the abort record: the manager stops the roles and exits (one that is
+        stopped, SIGSTOP, is continued first: it reads the abort then)."""
+        _await_manager(handle, run.grace_s)
 
     def remove(self, record: JobRecord, handle: LocalHandle, run: RunPlan) -> None:
         """The manager exits once its roles have (it stops them on the abort record
-        within the grace period); then SIGKILL whatever is left. An attached job's agent
-        is this process, which has already stopped everything."""
-        if handle.manager_pid != os.getpid():
-            procs.wait_gone([handle.manager_pid], run.grace_s + 5)
-        leftovers = procs.job_processes(record.job_id)
-        if leftovers:
-            procs.kill_all(leftovers, signal.SIGKILL)
-            procs.wait_gone(leftovers, 5)
+        within the grace period); ``Backend.cancel`` then SIGKILLs whatever of the job is
+        left. An attached job's agent is this process, which has already stopped
+        everything."""
+        _await_manager(handle, run.grace_s)
+
+
+def _await_manager(handle: LocalHandle, grace_s: float) -> None:
+    """Continue the manager (if stopped) and wait until it ended, at most the grace
+    period and a margin; nothing when it is this process."""
+    manager = handle.manager
+    if manager != procs.Process.of(os.getpid()):
+        procs.kill_all([manager], signal.SIGCONT)
+        procs.wait_gone([manager], grace_s + 5)
+
+
+def _stop_manager(handle: LocalHandle, grace_s: float, job_id: str,
+                  popen: subprocess.Popen) -> None:
+    """Undo a launch: SIGINT cancels the job (the manager stops its roles), SIGKILL
+    what is left after the grace period; reap the manager (our child)."""
+    procs.kill_all([handle.manager], signal.SIGINT)
+    procs.wait_gone([handle.manager], grace_s + 5)
+    procs.reap_job(job_id)
+    procs.kill_all([handle.manager], signal.SIGKILL)
+    popen.wait()

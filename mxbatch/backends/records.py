@@ -14,9 +14,9 @@ import errno
 import json
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from ..errors import BadInput, JobNotFound
+from ..errors import BadInput, ExitCode, JobNotFound, MxbatchError
 from ..runtime.files import atomic_write_json
 from ..runtime.layout import RunLayout
 from ..spec.paths import HOME_ENV, jobs_dir, mxbatch_home  # noqa: F401 (mxbatch_home: plugins)
@@ -30,7 +30,10 @@ RECORD_VERSION = 1
 @dataclasses.dataclass(frozen=True)
 class JobRecord:
     """What ``submit`` did. ``handle``: the backend's handle (native ids) as plain data;
-    ``options``: the backend options it was submitted with, as plain data."""
+    ``options``: the backend options it was submitted with, as plain data;
+    ``submitting``: saved before the launch, which has not finished (or whose submitter
+    died before it saved the record with the handle): nothing is known of the job's
+    native ids, only that its processes carry its id (``MXBATCH_JOB_ID``)."""
 
     job_id: str
     backend: str
@@ -40,6 +43,7 @@ class JobRecord:
     handle: Dict[str, Any] = dataclasses.field(default_factory=dict)
     options: Dict[str, Any] = dataclasses.field(default_factory=dict)
     version: int = RECORD_VERSION
+    submitting: bool = False
 
     @property
     def run_path(self) -> Path:
@@ -78,10 +82,23 @@ def record_path(job_id: str) -> Path:
     return _jobs_dir() / f"{check_job_id(job_id)}.json"
 
 
+class RecordUnwritable(MxbatchError):
+    """The jobs directory cannot take a record (full, read-only, not ours): exit 2, like
+    a run directory that cannot be created (the user's settings must change)."""
+
+    exit_code = ExitCode.USAGE
+
+
 def save(record: JobRecord) -> Path:
-    """Write ``record`` atomically; returns its path."""
+    """Write ``record`` atomically; returns its path. ``RecordUnwritable`` when it
+    cannot be written."""
     path = record_path(record.job_id)
-    atomic_write_json(str(path), record.to_dict(), indent=2)
+    try:
+        atomic_write_json(str(path), record.to_dict(), indent=2)
+    except OSError as exc:
+        raise RecordUnwritable(f"cannot write the record of job {record.job_id} in "
+                               f"{jobs_dir()} ($MXBATCH_HOME/jobs): "
+                               f"{exc.strerror or exc}") from None
     return path
 
 
@@ -99,19 +116,48 @@ def load(job_id: str) -> JobRecord:
                           f"{exc}") from None
 
 
-def all_records() -> List[JobRecord]:
-    """Every readable record, newest first."""
-    records = []
+@dataclasses.dataclass(frozen=True)
+class UnreadableRecord:
+    """A file in the jobs directory that is no job record (emptied, truncated,
+    corrupted): its job id (the file's name), why it cannot be read, and when the file
+    was last written."""
+
+    job_id: str
+    path: str
+    problem: str
+    modified_at: float
+
+
+def scan() -> Tuple[List[JobRecord], List[UnreadableRecord]]:
+    """Every record, newest first, and every file that should be one but cannot be
+    read, newest first."""
+    readable: List[JobRecord] = []
+    unreadable: List[UnreadableRecord] = []
     for path in _jobs_dir().glob("*.json"):
         try:
-            records.append(JobRecord.from_dict(json.loads(path.read_text())))
-        except (OSError, ValueError):
-            continue
-    return sorted(records, key=lambda r: r.submitted_at, reverse=True)
+            readable.append(JobRecord.from_dict(json.loads(path.read_text())))
+        except FileNotFoundError:
+            continue  # removed meanwhile (clean)
+        except (OSError, ValueError) as exc:
+            try:
+                modified = path.stat().st_mtime
+            except OSError:
+                modified = 0.0
+            unreadable.append(UnreadableRecord(path.stem, str(path),
+                                               str(exc) or type(exc).__name__, modified))
+    readable.sort(key=lambda r: r.submitted_at, reverse=True)
+    unreadable.sort(key=lambda r: r.modified_at, reverse=True)
+    return readable, unreadable
+
+
+def all_records() -> List[JobRecord]:
+    """Every readable record, newest first (``scan`` also says which cannot be read)."""
+    return scan()[0]
 
 
 def delete(job_id: str) -> Path:
-    """Remove the record of ``job_id`` (``clean``); its path. Missing: nothing to do."""
+    """Remove the record of ``job_id`` (``clean``, a submission rolled back); its path.
+    Missing: nothing to do."""
     path = record_path(job_id)
     try:
         path.unlink()

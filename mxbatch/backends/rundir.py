@@ -11,8 +11,11 @@ file that does not exist yet, which an NFS client would cache as missing).
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 from pathlib import Path
+from typing import Callable, Optional
 
 from ..errors import SpecError
 from ..runtime import pyhook
@@ -38,20 +41,38 @@ def check_writable(plan: JobPlan) -> None:
         raise SpecError(f"run directory {plan.run_dir} already exists (job ids are never reused)")
 
 
-def create(plan: JobPlan, runtime: bool = True) -> RunLayout:
+#: registers an undo step: ``push(what, undo)`` (``base.Rollback.push``)
+PushUndo = Callable[[str, Callable[[], None]], None]
+
+
+def create(plan: JobPlan, push_undo: Optional[PushUndo] = None,
+           runtime: bool = True) -> RunLayout:
     """Create and fill the run directory of ``plan``; returns its layout. ``runtime``:
     write ``runtime.pyz`` (not for a job whose only supervisor is the submitting
-    process itself, an attached local job: nothing would run it)."""
+    process itself, an attached local job: nothing would run it). Once the
+    directory exists, its removal is pushed as an undo step (``push_undo``: the
+    submission's ``Rollback.push``), so a later failure
+    of the submission leaves nothing; a failure while filling it (a full or read-only
+    file system) removes what was made and is a ``SpecError`` at ``rendezvous.dir``."""
     check_writable(plan)
     layout = plan.run.layout
     os.mkdir(layout.root, mode=0o700)
-    for name in RunLayout.SUBDIRS:
-        os.mkdir(os.path.join(layout.root, name), mode=0o700)
-    Path(layout.plan).write_text(plan.run.to_json())
-    if runtime:
-        bundle.write_runtime(Path(layout.runtime))
-    pyhook.install(layout.pyhook_dir)
-    FileRendezvous(layout.root).prepare(plan.run)
-    for path in (layout.attempts_record, layout.cancel):
-        atomic_write_json(path, {})  # unwritten: read by name, never looked up missing
+    remove = functools.partial(shutil.rmtree, layout.root, ignore_errors=True)
+    try:
+        for name in RunLayout.SUBDIRS:
+            os.mkdir(os.path.join(layout.root, name), mode=0o700)
+        Path(layout.plan).write_text(plan.run.to_json())
+        if runtime:
+            bundle.write_runtime(Path(layout.runtime))
+        pyhook.install(layout.pyhook_dir)
+        FileRendezvous(layout.root).prepare(plan.run)
+        for path in (layout.attempts_record, layout.cancel):
+            atomic_write_json(path, {})  # unwritten: read by name, never looked up missing
+    except OSError as exc:
+        remove()
+        raise plan.spec.error(("rendezvous", "dir"),
+                              f"cannot create the run directory {layout.root}: "
+                              f"{exc.strerror or exc}") from None
+    if push_undo is not None:
+        push_undo(f"the run directory {layout.root}", remove)
     return layout

@@ -137,14 +137,17 @@ class JobStatus:
 
 def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
           abort: Optional[AbortRecord], native: Mapping[TaskKey, NativeState],
-          native_ids: Optional[Mapping[TaskKey, str]] = None) -> JobStatus:
-    """The job's status from records, abort record and native task states."""
+          native_ids: Optional[Mapping[TaskKey, str]] = None,
+          lost_note: str = "") -> JobStatus:
+    """The job's status from records, abort record and native task states.
+    ``lost_note``: why an active task whose native state is gone is lost, when the
+    backend knows better than "its supervisor is gone without a final record"."""
     tasks = []
     for info in plan.tasks:
         key = (info.role, info.rank)
         tasks.append(_task_status(info.role, info.rank, records.get(key),
                                   native.get(key, NativeState.UNKNOWN), abort,
-                                  (native_ids or {}).get(key)))
+                                  (native_ids or {}).get(key), lost_note))
     _set_kv_ranks(tasks, records)
     active = any(t.state.active for t in tasks)
     queued = any(t.state is TaskState.PENDING for t in tasks)
@@ -234,13 +237,15 @@ def _cause_task(abort: AbortRecord, tasks: List[TaskStatus]) -> str:
 
 
 def _task_status(role: Role, rank: int, record: Optional[TaskRecord], native: NativeState,
-                 abort: Optional[AbortRecord], native_id: Optional[str]) -> TaskStatus:
+                 abort: Optional[AbortRecord], native_id: Optional[str],
+                 lost_note: str = "") -> TaskStatus:
     if record is None:
         record = TaskRecord(role=role, rank=rank, state=TaskState.PENDING)
     state = record.state
     note = record.note
     if state.active and native is NativeState.GONE:
-        state, note = TaskState.LOST, note or "its supervisor is gone without a final record"
+        state, note = TaskState.LOST, (lost_note or note
+                                       or "its supervisor is gone without a final record")
     elif state is TaskState.PENDING and native is NativeState.GONE:
         if abort is not None:
             state, note = TaskState.CANCELLED, "never started: " + abort.reason

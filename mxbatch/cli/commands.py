@@ -532,37 +532,38 @@ def _show_attempts(result: JobStatus) -> None:
 @_JSON
 def cancel(job_id: str, as_json: bool) -> None:
     """Stop JOB_ID; nothing of it stays queued or running. A no-op on an ended job."""
-    from ..backends import records
-    from ..jobs import submit as jobs
+    from ..jobs.cancelling import cancel_job
 
-    record = records.load(job_id)
-    backend = jobs.backend_for_record(record)
-    before = backend.status(record)
-    backend.cancel(record)
-    after = backend.status(record)
-    ended = already_ended(before, after)
+    report = cancel_job(job_id)
+    before, after = report.before, report.after
     if as_json:
         click.echo(jsonout.dumps(jsonout.document(
-            {"job_id": job_id, "state": after.state.value, "already_ended": ended,
-             "state_before": before.state.value, "submitted_at": record.submitted_at})))
-    if before.terminal:
+            {"job_id": job_id, "state": after.state.value if after else "UNKNOWN",
+             "already_ended": report.already_ended,
+             "state_before": before.state.value if before else "UNKNOWN",
+             "submitted_at": report.record.submitted_at if report.record else None,
+             "killed": [{"pid": k.pid, "command": k.command} for k in report.killed],
+             **({"problem": report.problem} if report.problem else {})})))
+    killed = ", ".join(k.describe() for k in report.killed)
+    count = f"{len(report.killed)} process{'es' if len(report.killed) != 1 else ''}"
+    if report.problem:
+        _err(f"mxbatch: {report.problem}")
+    if before is None:
+        _err(f"mxbatch: job {job_id}: killed {count} of it on this host (found by "
+             f"MXBATCH_JOB_ID): {killed}" if report.killed
+             else f"mxbatch: job {job_id}: nothing of it runs on this host")
+    elif before.terminal and report.killed:
+        _err(f"mxbatch: job {job_id} had ended ({before.state.value}), but {count} of it "
+             f"still ran without its supervisor: killed {killed}")
+    elif before.terminal:
         _err(f"mxbatch: job {job_id} had already ended ({before.state.value})")
-    elif ended:
+    elif report.already_ended:
         _err(f"mxbatch: job {job_id} was already ending ({before.state.value}, its tasks "
              "stopping); it has ended")
     else:
-        _err(f"mxbatch: job {job_id} {after.state.value}")
-
-
-def already_ended(before: JobStatus, after: JobStatus) -> bool:
-    """Whether the job's outcome was settled before a cancel: it had ended, or it was
-    ending with the outcome it then had (another cancel, or a failure, stopping its
-    tasks), so this cancel changed nothing. A job seen CANCELLED whose tasks were
-    still stopping (parallel cancels) had ended, as its ``state_before`` says."""
-    from ..backends.status import JobState
-
-    outcomes = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-    return before.terminal or (before.state in outcomes and after.state is before.state)
+        _err(f"mxbatch: job {job_id} {after.state.value if after else 'cancelled'}"
+             + (f"; killed {count} that outlived its supervisor: {killed}"
+                if report.killed else ""))
 
 
 @main.command(name="wait")

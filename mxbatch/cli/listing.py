@@ -15,6 +15,8 @@ from . import jsonout
 from .params import BackendName, Duration, RegistryHelpOption
 from .progress import clock
 
+#: the state ``list`` shows of a job whose record cannot be read
+UNREADABLE = "UNREADABLE"
 _STATES = click.Choice([s.value for s in StateFilter], case_sensitive=False)
 
 
@@ -24,6 +26,12 @@ def _row(summary: JobSummary, now: float) -> dict:
             "submitted_at": record.submitted_at,
             "ended_at": summary.ended_at if summary.ended else None,
             "duration_s": round(summary.duration_s(now), 1), "run_dir": record.run_dir}
+
+
+def _unreadable_row(record: records.UnreadableRecord) -> dict:
+    return {"job_id": record.job_id, "backend": None, "state": UNREADABLE,
+            "submitted_at": None, "ended_at": None, "duration_s": None, "run_dir": None,
+            "problem": record.problem}
 
 
 def _table(rows: List[List[str]]) -> str:
@@ -46,11 +54,20 @@ def list_command(state: Optional[str], backend: Optional[str], last: Optional[in
                  as_json: bool) -> None:
     """List submitted jobs, newest first: state, submission time, duration."""
     now = time.time()
-    chosen = select(records.all_records(), backend=backend,
+    readable, unreadable = records.scan()
+    chosen = select(readable, backend=backend,
                     state=StateFilter(state.lower()) if state else None, last=last, now=now)
     summaries = list(chosen)
+    # a record that cannot be read is a job whose state is unknown: shown, never dropped
+    broken = unreadable if backend is None and state in (None, StateFilter.UNKNOWN.value) \
+        else []
+    for each in broken:
+        click.echo(f"mxbatch: cannot read the record of job {each.job_id} ({each.path}): "
+                   f"{each.problem}; `mxbatch cancel {each.job_id}` still stops its "
+                   "processes on this host", err=True)
     if as_json:
-        click.echo(jsonout.dumps([jsonout.document(_row(s, now)) for s in summaries]))
+        click.echo(jsonout.dumps([jsonout.document(_row(s, now)) for s in summaries]
+                                 + [jsonout.document(_unreadable_row(b)) for b in broken]))
         return
     rows = [["JOB", "BACKEND", "STATE", "SUBMITTED", "DURATION"]]
     for summary in summaries:
@@ -59,6 +76,8 @@ def list_command(state: Optional[str], backend: Optional[str], last: Optional[in
         duration = clock(summary.duration_s(now)) + ("" if summary.ended else "+")
         rows.append([summary.record.job_id, summary.record.backend, summary.state_text,
                      submitted, duration])
+    for each in broken:
+        rows.append([each.job_id, "?", UNREADABLE, "?", "?"])
     click.echo(_table(rows), nl=False)
 
 

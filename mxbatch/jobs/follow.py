@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Tuple
 
 from ..backends.base import Backend, LogReader, attempts_of, current_attempt, load_run_plan
 from ..backends.records import JobRecord
-from ..errors import BadInput, WaitTimeout
+from ..errors import BadInput, MxbatchError, WaitTimeout
 from ..runtime import logfile, notes, osbytes
 from ..runtime.planfile import RunPlan
 from ..runtime.rendezvous import Rendezvous
@@ -259,7 +259,10 @@ def supervise(backend: Backend, record: JobRecord, *, stream_logs: bool,
             next_status[0] = now + STATUS_INTERVAL_S
             stream.follow_attempt(current_attempt(record))
             if on_status is not None:
-                on_status(backend.status(record))
+                try:
+                    on_status(backend.status(record))
+                except MxbatchError:  # its run directory is gone: the agent stops the job
+                    pass
 
     interrupted = backend.supervise_here(record, on_tick=tick)
     backend.cancel(record)  # idempotent: SIGKILLs anything of the job that is left

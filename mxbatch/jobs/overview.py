@@ -39,6 +39,10 @@ class StateFilter(str, enum.Enum):
         return summary.state.value.lower() == self.value
 
 
+#: the state shown of a job whose record was saved before its launch finished
+SUBMITTING = "SUBMITTING"
+
+
 @dataclasses.dataclass(frozen=True)
 class JobSummary:
     """One job: its record, its state (None: unknown, ``problem`` says why), whether it
@@ -52,6 +56,8 @@ class JobSummary:
 
     @property
     def state_text(self) -> str:
+        if self.state is None and self.record.submitting:
+            return SUBMITTING
         return self.state.value if self.state is not None else "UNKNOWN"
 
     def duration_s(self, now: float) -> float:
@@ -65,7 +71,10 @@ class JobSummary:
 
 
 def summarize(record: JobRecord) -> JobSummary:
-    """The job's state as its backend reports it now."""
+    """The job's state as its backend reports it now (unknown while it is submitted)."""
+    if record.submitting:
+        return JobSummary(record, None, problem="its submission has not finished (or its "
+                                                "submitter ended before it did)")
     try:
         status = backend_for_record(record).status(record)
     except (MxbatchError, OSError, ValueError) as exc:

@@ -67,9 +67,9 @@ def prepare(spec: JobSpec, backend_name: str, *, workers: Optional[int] = None,
 
 
 def submit(backend: Backend, request: Request) -> records.JobRecord:
-    """Execute the request and save its record."""
+    """Execute the request; its record is saved before anything starts
+    (``Backend.submit``)."""
     record = backend.submit(request)
-    records.save(record)
     try:
         backend.started(record)
     except BaseException:

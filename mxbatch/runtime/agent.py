@@ -46,11 +46,11 @@ import os
 import selectors
 import signal
 import socket
-import sys
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional
 
-from . import procstat, wire
+from . import notes, procs, procstat, wire
+from .files import RunDirUnwritable
 from .planfile import RunPlan, TaskInfo
 from .rendezvous import Rendezvous, TaskKey
 from .roles import Role
@@ -90,7 +90,11 @@ class Agent:
     ``environ``: what roles inherit (default this process's); ``signals_cancel``: a
     signal to the agent cancels the job rather than failing it; ``on_tick``: called
     once per loop (an attached CLI streams logs there); ``attempt``: which attempt of
-    the job this is, ``restart_reason``: why it was launched (the previous one's end).
+    the job this is, ``restart_reason``: why it was launched (the previous one's end);
+    ``reap_job``: this agent supervises every task of the job on this host (the local
+    job manager), so that once its roles have ended, any process of this host that
+    carries the job's id is a leftover (a role's child that left its process group):
+    killed.
     For attempt k >= 1, ``plan.created_at`` must be the attempt's start (its start-up
     deadline counts from there: ``jobloop.attempt_plan``)."""
 
@@ -98,7 +102,7 @@ class Agent:
                  slots: Optional[int] = None, environ: Optional[Dict[str, str]] = None,
                  signals_cancel: bool = False, signals_from_launcher: bool = False,
                  on_tick: Optional[Callable[[], None]] = None, attempt: int = 0,
-                 restart_reason: Optional[str] = None) -> None:
+                 restart_reason: Optional[str] = None, reap_job: bool = False) -> None:
         self.plan = plan
         self.rdv = rendezvous
         self.on_tick = on_tick
@@ -128,6 +132,9 @@ class Agent:
         self._signalled: Optional[int] = None
         #: the name of the first signal that stopped the job, if one did
         self.signal_received: Optional[str] = None
+        #: the failed write that made this agent stop the job, if one did
+        self.storage_error: Optional[RunDirUnwritable] = None
+        self.reap_job = reap_job
         self._selector = selectors.DefaultSelector()
         self._wakeup: Optional[int] = None
         self._next = {"beat": 0.0, "abort": 0.0, "watch": 0.0, "progress": 0.0}
@@ -138,55 +145,92 @@ class Agent:
         try:
             return self._run()
         except BaseException as exc:  # the agent itself broke: take the job down with it
-            self._abort(AbortRecord(kind=AbortKind.FAILED, by=self.by, end=EndReason.FAILURE,
-                                    reason="%s: the supervisor failed: %s: %s"
-                                           % (self.by, type(exc).__name__, exc)))
+            try:
+                self._abort(AbortRecord(kind=AbortKind.FAILED, by=self.by,
+                                        end=EndReason.FAILURE,
+                                        reason="%s: the supervisor failed: %s: %s"
+                                               % (self.by, type(exc).__name__, exc)))
+            except OSError:  # nothing can be recorded: the roles are killed all the same
+                pass
             raise
         finally:
             for runner in self.runners:  # first all, then wait: removals run in parallel
                 runner.kill()
             for runner in self.runners:
                 runner.close()
+            if self.reap_job:  # the last act: whatever of the job outlived its role
+                procs.reap_job(self.plan.job_id)
             self._restore_signals(previous)
             self._selector.close()
 
     def _run(self) -> int:
-        abort = self.rdv.read_abort()
-        if abort is not None:
-            self._stop_all(abort, time.time(), time.monotonic())
-        else:
-            self._write_records(force=True)
+        try:
+            abort = self.rdv.read_abort()
+            if abort is not None:
+                self._stop_all(abort, time.time(), time.monotonic())
+            else:
+                self._write_records(force=True)
+        except RunDirUnwritable as exc:
+            self._storage_lost(exc)
         while not all(r.done for r in self.runners):
-            wall, mono = time.time(), time.monotonic()
-            self._handle_signal(wall, mono)  # before starting anything more
-            self._launch(wall, mono)
-            for runner in self.runners:  # the scheduler (task 0) first
-                announced = runner.announced
-                try:
-                    runner.step(wall, mono, self.workers_done_seen)
-                except (TaskFailed, AttemptEnds) as ended:
-                    self._abort(ended.abort)
-                self._register(runner)
-                if runner.announced and not announced:  # members here need not poll
-                    for member in self.runners:
-                        member.look_for_scheduler_now()
-            self._handle_signal(wall, mono)
-            self._write_records(force=False)  # before the digest, which may count them
-            self._periodic(wall, mono)
-            self._write_records(force=False)
-            if self.on_tick is not None:
-                self.on_tick()
-            if not all(r.done for r in self.runners):
-                self._wait(POLL_S)
+            try:
+                self._step()
+            except RunDirUnwritable as exc:
+                self._storage_lost(exc)
+        try:
+            self._final_records()
+        except RunDirUnwritable as exc:
+            self._storage_lost(exc)
+            self._final_records()  # what can still be written
+        if self.on_tick is not None:
+            self.on_tick()
+        ok = all(r.record.state is TaskState.SUCCEEDED for r in self.runners)
+        return 0 if ok and self.storage_error is None else 1
+
+    def _step(self) -> None:
+        """One turn of the loop (see the module docstring)."""
+        wall, mono = time.time(), time.monotonic()
+        self._handle_signal(wall, mono)  # before starting anything more
+        self._launch(wall, mono)
+        for runner in self.runners:  # the scheduler (task 0) first
+            announced = runner.announced
+            try:
+                runner.step(wall, mono, self.workers_done_seen)
+            except (TaskFailed, AttemptEnds) as ended:
+                self._abort(ended.abort)
+            self._register(runner)
+            if runner.announced and not announced:  # members here need not poll
+                for member in self.runners:
+                    member.look_for_scheduler_now()
+        self._handle_signal(wall, mono)
+        self._write_records(force=False)  # before the digest, which may count them
+        self._periodic(wall, mono)
+        self._write_records(force=False)
+        if self.on_tick is not None:
+            self.on_tick()
+        if not all(r.done for r in self.runners):
+            self._wait(POLL_S)
+
+    def _final_records(self) -> None:
         self._drain()
         self._write_records(force=True)
         if self.watch is not None:
             self.rdv.publish_digest(self.watch.digest(self._all_records(own_only=True),
                                                       time.time(), final=True))
-        if self.on_tick is not None:
-            self.on_tick()
-        ok = all(r.record.state is TaskState.SUCCEEDED for r in self.runners)
-        return 0 if ok else 1
+
+    def _storage_lost(self, error: RunDirUnwritable) -> None:
+        """A write into the run directory failed: say so on stderr, give up failing
+        writes from now on (a last try in place each), and stop the job, its roles' exit
+        codes kept in memory for the records that can still be written."""
+        if self.storage_error is None:
+            self.storage_error = error
+            self.rdv.degrade()
+            for runner in self.runners:
+                runner.degrade()
+            notes.to_stderr("mxbatch: %s: %s: stopping the job\n" % (self.by, error.reason))
+        if self.aborted is None:
+            self._abort(AbortRecord(kind=AbortKind.FAILED, by=self.by, end=EndReason.FAILURE,
+                                    reason=error.reason))
 
     # ------------------------------------------------------------------ tasks
     def _launch(self, wall: float, mono: float) -> None:
@@ -425,4 +469,4 @@ class Agent:
                                     end=end or EndReason.FAILURE,
                                     reason="%s: supervisor received %s%s"
                                            % (self.by, name, said)))
-        sys.stderr.write("mxbatch: %s received %s: stopping the job\n" % (self.by, name))
+        notes.to_stderr("mxbatch: %s received %s: stopping the job\n" % (self.by, name))

@@ -178,7 +178,8 @@ class AttemptsRecord:
     ``excluded_hosts``: every host a node failure was blamed on, left out of every
     later attempt; ``final``: no attempt follows (``outcome``, and ``note`` says why);
     ``next_at``: while waiting to relaunch, when the next attempt starts;
-    ``driver``: the process that drives the attempts (pid, host)."""
+    ``driver``: the process that drives the attempts (pid, start time in clock ticks
+    after boot: ``procs.Process``, host)."""
 
     job_id: str
     max_restarts: int = 0
@@ -190,6 +191,7 @@ class AttemptsRecord:
     next_at: Optional[float] = None
     driver_pid: Optional[int] = None
     driver_host: str = ""
+    driver_started: Optional[int] = None
 
     @property
     def current(self) -> AttemptRecord:

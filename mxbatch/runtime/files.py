@@ -14,6 +14,37 @@ import socket
 from typing import Any, Optional
 
 
+class RunDirUnwritable(OSError):
+    """A write into the run directory failed (a full or read-only file system, the
+    directory removed): the supervisor cannot record the job any more. The errno and
+    text are the failed write's."""
+
+    @classmethod
+    def of(cls, error: OSError) -> "RunDirUnwritable":
+        if isinstance(error, RunDirUnwritable):
+            return error
+        return cls(error.errno, error.strerror or str(error), error.filename)
+
+    @property
+    def reason(self) -> str:
+        """``run directory unwritable: <errno text>``: what the job's records and the
+        supervisor's stderr say."""
+        return "run directory unwritable: %s" % (self.strerror or "error %s" % self.errno)
+
+
+def write_in_place(path: str, data: bytes) -> None:
+    """Overwrite the existing file ``path`` with ``data`` (truncate, write): not atomic,
+    but on a full file system it reuses the blocks the file had, where a temporary
+    file would need new ones. For a supervisor's last records only."""
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 def temp_name(target: str) -> str:
     """A hidden temporary name beside ``target``, unique to this host, process and call."""
     head, tail = os.path.split(target)

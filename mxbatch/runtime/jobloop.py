@@ -17,6 +17,9 @@ Per attempt k:
 3. record how it ended; ``attempts.decide`` says whether to relaunch; a node failure
    adds the blamed hosts to the job's excluded hosts (``attempts.excluded_after``).
 
+A run directory that cannot be written (``files.RunDirUnwritable``, from ``run_attempt``
+or the loop's own write) ends the job, failed, with no other attempt.
+
 The loop's own signal handlers (SIGINT, SIGTERM, SIGHUP: cancel) are in place between
 attempts; during one, ``run_attempt``'s supervisor installs its own and restores
 these.
@@ -29,6 +32,7 @@ import socket
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
+from . import procs
 from .attempts import (
     AttemptEnd,
     AttemptRecord,
@@ -38,6 +42,7 @@ from .attempts import (
     read_attempts,
     write_attempts,
 )
+from .files import RunDirUnwritable
 from .planfile import RunPlan
 from .rendezvous import FileRendezvous, read_json
 from .states import AbortRecord, EndReason, TaskState
@@ -127,14 +132,23 @@ class AttemptLoop:
         self.record = read_attempts(self.path) or AttemptsRecord(
             job_id=plan.job_id, max_restarts=plan.restarts.max)
         self.record.driver_pid = os.getpid()
+        self.record.driver_started = procs.start_ticks(os.getpid())
         self.record.driver_host = socket.gethostname()
         self._signalled: Optional[str] = None
+        #: the failed write that ended the job, if one did (``RunDirUnwritable``)
+        self.storage_error: Optional[RunDirUnwritable] = None
         #: the name of the first signal that cancelled the job between attempts
         self.signal_received: Optional[str] = None
 
     # ------------------------------------------------------------------ records
     def _write(self) -> None:
-        write_attempts(self.path, self.record)
+        """``attempts.json``; ``RunDirUnwritable`` if it cannot be written, unless the
+        loop is ending because of that already (then given up)."""
+        try:
+            write_attempts(self.path, self.record)
+        except OSError as exc:
+            if self.storage_error is None:
+                raise RunDirUnwritable.of(exc) from None
 
     def set_native(self, native: Dict[str, object]) -> None:
         """The current attempt's native ids (a batch job's array jobs...), recorded at
@@ -146,9 +160,23 @@ class AttemptLoop:
     def run(self) -> AttemptsRecord:
         previous = self._install_signals()
         try:
-            return self._run()
+            try:
+                return self._run()
+            except RunDirUnwritable as exc:
+                return self._storage_lost(exc)
         finally:
             self._restore_signals(previous)
+
+    def _storage_lost(self, error: RunDirUnwritable) -> AttemptsRecord:
+        """The run directory cannot be written (``run_attempt`` raised it: its supervisor
+        stopped the attempt; or this loop's own write failed): the job ends, failed,
+        without another attempt (nothing of one could be recorded)."""
+        self.storage_error = error
+        why = "not restarted: the %s" % error.reason
+        if self.record.attempts and not self.record.current.ended:
+            self.record.current.end_with(AttemptEnd(EndReason.FAILURE, detail=error.reason))
+            self.record.current.decision = why
+        return self._finish(EndReason.FAILURE, why)
 
     def _run(self) -> AttemptsRecord:
         if not self.record.attempts:

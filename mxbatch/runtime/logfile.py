@@ -20,6 +20,8 @@ import os
 import time
 from typing import BinaryIO, Iterator, List, Optional, Tuple
 
+from .files import RunDirUnwritable
+
 #: writes closer together than this share one index line
 RESOLUTION_S = 0.05
 #: the longest line a reader of role output keeps whole; a longer one comes in pieces
@@ -33,7 +35,9 @@ Index = List[Tuple[int, float]]
 
 
 class TaskLog:
-    """Appends to one task's log and its time index (opened on the first write)."""
+    """Appends to one task's log and its time index (opened on the first write). A write
+    that fails is ``files.RunDirUnwritable``, or given up once ``best_effort`` (the
+    supervisor is stopping the job because its run directory cannot be written)."""
 
     def __init__(self, path: str, times_path: str) -> None:
         self.path = path
@@ -42,10 +46,18 @@ class TaskLog:
         self._times_fd: Optional[int] = None
         self._size = 0
         self._indexed_at = float("-inf")
+        self.best_effort = False
 
     def write(self, data: bytes, at: Optional[float] = None) -> None:
         if not data:
             return
+        try:
+            self._write(data, at)
+        except OSError as exc:
+            if not self.best_effort:
+                raise RunDirUnwritable.of(exc) from None
+
+    def _write(self, data: bytes, at: Optional[float]) -> None:
         if self._fd is None:
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -69,7 +81,10 @@ class TaskLog:
     def close(self) -> None:
         for fd in (self._fd, self._times_fd):
             if fd is not None:
-                os.close(fd)
+                try:
+                    os.close(fd)
+                except OSError:  # a write-back error on close: nothing more to keep
+                    pass
         self._fd = self._times_fd = None
 
 

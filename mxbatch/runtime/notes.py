@@ -10,6 +10,7 @@ failure summary quotes the role's own last lines; streamed logs show a failing t
 output before the teardown notes of the others). Standard library only.
 """
 
+import sys
 from typing import Optional
 
 PREFIX = "mxbatch supervisor "
@@ -49,3 +50,14 @@ def _after_prefix(line: str, prefix: str = PREFIX) -> Optional[str]:
     if not sep or not label.endswith("]") or "[" not in label:
         return None
     return message
+
+
+def to_stderr(text: str) -> None:
+    """A supervisor's own message on its stderr (an attached CLI's terminal, a detached
+    manager's ``manager.log``), never an error of its own: that file may be on the very
+    storage that has just failed."""
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass

@@ -35,10 +35,12 @@ import time
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
 from .files import (
+    RunDirUnwritable,
     atomic_write_json,
     read_json,
     temp_name,
     unlink_quietly,
+    write_in_place,
     write_synced,
 )
 from .layout import RunLayout
@@ -111,6 +113,12 @@ class Rendezvous(abc.ABC):
         """Called once, when the supervisor using this rendezvous has ended with
         ``exit_status``. Default: nothing to release."""
 
+    def degrade(self) -> None:  # noqa: B027 - optional hook
+        """The supervisor saw a write fail (``files.RunDirUnwritable``) and is stopping
+        the job: from now on a write that fails is given up (after a try in place), never
+        raised, so that the teardown goes on and keeps what it still can. Default:
+        nothing to change."""
+
 
 class FileRendezvous(Rendezvous):
     """The rendezvous as files of a run directory (see the module docstring), of one
@@ -119,6 +127,8 @@ class FileRendezvous(Rendezvous):
     def __init__(self, run_dir: str, attempt: int = 0) -> None:
         self.layout = RunLayout(run_dir, attempt)
         self.ops = 0
+        #: writes that fail are given up, never raised (``degrade``)
+        self.best_effort = False
 
     def prepare(self, plan: RunPlan) -> None:
         os.makedirs(self.layout.tasks_dir, mode=0o700, exist_ok=True)
@@ -133,9 +143,22 @@ class FileRendezvous(Rendezvous):
         self.ops += 1
         return read_json(path)
 
+    def degrade(self) -> None:
+        self.best_effort = True
+
     def _write(self, path: str, data: Any) -> None:
+        """Replace ``path`` atomically; ``RunDirUnwritable`` when it cannot be (best
+        effort: overwrite it in place if that works, else give up)."""
         self.ops += 2  # the temporary file, the rename
-        atomic_write_json(path, data)
+        try:
+            atomic_write_json(path, data)
+        except OSError as exc:
+            if not self.best_effort:
+                raise RunDirUnwritable.of(exc) from None
+            try:
+                write_in_place(path, json.dumps(data, sort_keys=True).encode())
+            except OSError:
+                pass
 
     # -- records
     def publish_scheduler(self, record: SchedulerRecord) -> None:
@@ -153,10 +176,21 @@ class FileRendezvous(Rendezvous):
     def write_abort(self, record: AbortRecord) -> bool:
         if not record.at:
             record.at = time.time()
+        try:
+            return self._write_abort(record)
+        except OSError as exc:
+            if not self.best_effort:
+                raise RunDirUnwritable.of(exc) from None
+        if self.read_abort() is not None:  # the first abort is there: it stays
+            return False
+        self._write(self.layout.abort, record.to_dict())  # in place, if at all
+        return True
+
+    def _write_abort(self, record: AbortRecord) -> bool:
         tmp = temp_name(self.layout.abort)
         self.ops += 1
-        write_synced(tmp, json.dumps(record.to_dict(), sort_keys=True).encode())
         try:
+            write_synced(tmp, json.dumps(record.to_dict(), sort_keys=True).encode())
             self.ops += 1
             os.link(tmp, self.layout.abort_lock)
         except FileExistsError:

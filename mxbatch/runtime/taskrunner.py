@@ -282,6 +282,11 @@ class TaskRunner:
                 return
             self.on_output(data, mono)
 
+    def degrade(self) -> None:
+        """The run directory cannot be written: log writes that fail are given up from
+        now on (``TaskLog.best_effort``), so that stopping the role goes on."""
+        self._log.best_effort = True
+
     def close(self) -> None:
         """Release the log; wait (bounded) for the container's removal, if under way."""
         if self.container is not None:

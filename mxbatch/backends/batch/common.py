@@ -537,7 +537,7 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
         alive = True
         if attempts is not None and attempts.driver_pid is not None \
                 and attempts.driver_host == socket.gethostname():
-            alive = procs.pid_alive(attempts.driver_pid)
+            alive = procs.Process(attempts.driver_pid, attempts.driver_started).alive()
         return with_attempts(status, run, attempts, alive)
 
     # -- restarts

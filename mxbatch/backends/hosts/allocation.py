@@ -166,6 +166,7 @@ class AllocationBackend(ControlledBackend[OptionsT, AllocationRequest]):
                rollback: Rollback) -> AllocationHandle:
         handle = super().launch(request, layout, rollback)
         return AllocationHandle(controller_pid=handle.controller_pid, host=handle.host,
+                                controller_started=handle.controller_started,
                                 allocation=self.allocation_id(os.environ))
 
 

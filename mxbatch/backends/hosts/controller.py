@@ -11,7 +11,10 @@ run directory, through ``FileRendezvous``):
   A signal (Ctrl-C, SIGTERM) cancels the job; once the job is aborted, hosts get the
   grace period plus ``STOP_MARGIN_S`` to end before the controller cuts them off
   (``terminate``); a host that ends without its tasks' final records is *lost*: the
-  controller writes the abort naming it and marks its tasks LOST.
+  controller writes the abort naming it and marks its tasks LOST. A run directory that
+  cannot be written any more (full, read-only, removed: ``files.RunDirUnwritable``)
+  stops the job: the controller says ``run directory unwritable: <why>`` on stderr,
+  keeps what it can, cuts the hosts off, and the job ends failed (exit 1).
 
 A controller runs one attempt of the job (``attempt``: its records and logs, the hosts
 it leaves out). ``run_attempts`` drives the job's attempts (``jobloop.AttemptLoop``): a
@@ -47,15 +50,16 @@ from typing import Any, Callable, ClassVar, Dict, Iterable, List, Optional, Tupl
 
 from ...errors import BackendUnavailable, ExitCode, MxbatchError
 from ...quoting import shell_words
-from ...runtime import procs, wire
+from ...runtime import notes, procs, wire
 from ...runtime.attempts import AttemptEnd, AttemptsRecord, read_attempts
+from ...runtime.files import RunDirUnwritable
 from ...runtime.jobloop import AttemptContext, AttemptLoop, attempt_plan, file_attempt_end
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan, TaskInfo
 from ...runtime.rendezvous import FileRendezvous, atomic_write_json, read_json
 from ...runtime.states import AbortKind, AbortRecord, EndReason, TaskRecord, TaskState
 from ...spec.plan import JobPlan
-from ..base import Backend, Handle, RenderedItem, Request, Rollback
+from ..base import Backend, Handle, RenderedItem, Request, Rollback, stand_in_plan
 from ..records import JobRecord
 from ..status import JobStatus
 from ..supervised import status_supervised_here
@@ -104,6 +108,8 @@ class Controller(abc.ABC):
         self._previous_handlers: Optional[Dict[int, Any]] = None
         #: the signal was a preemption (the job goes on), not a cancel
         self.preempted = False
+        #: the failed write that made this controller stop the job, if one did
+        self.storage_error: Optional[RunDirUnwritable] = None
 
     # ------------------------------------------------------------------ subclasses
     @abc.abstractmethod
@@ -168,11 +174,19 @@ class Controller(abc.ABC):
         signal that cancelled the job, if one did."""
         self.take_signals()
         try:
-            self._handle_signal()  # one that came while the hosts were prepared
-            self.start()
-            while self.step(0.05):
-                self._handle_signal()
-                self._watch_abort()
+            try:
+                self._handle_signal()  # one that came while the hosts were prepared
+                self.start()
+            except RunDirUnwritable as exc:
+                self._storage_lost(exc)
+            while True:
+                try:
+                    if not self.step(0.05):
+                        break
+                    self._handle_signal()
+                    self._watch_abort()
+                except RunDirUnwritable as exc:
+                    self._storage_lost(exc)
                 if on_tick is not None:
                     on_tick()
             if on_tick is not None:
@@ -181,6 +195,26 @@ class Controller(abc.ABC):
             self.release_signals()
             self.close()
         return self.signal_received
+
+    def degrade(self) -> None:
+        """Writes into the run directory that fail are given up from now on (the
+        rendezvous'; a subclass that keeps logs of its own adds those)."""
+        self.rdv.degrade()
+
+    def _storage_lost(self, error: RunDirUnwritable) -> None:
+        """A write into the run directory failed: say so, record what can still be
+        recorded, and cut the hosts off at once (their agents stop their roles when
+        the connection ends; the abort record may not reach them)."""
+        if self.storage_error is not None:
+            return
+        self.storage_error = error
+        self.degrade()
+        notes.to_stderr("mxbatch: %s: %s: stopping the job\n" % (BY, error.reason))
+        self.rdv.write_abort(AbortRecord(kind=AbortKind.FAILED, reason=error.reason, by=BY,
+                                         end=EndReason.FAILURE))
+        if not self._terminated:
+            self._terminated = True
+            self.terminate()
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self._signalled = signum
@@ -255,10 +289,17 @@ class Controller(abc.ABC):
 
 @dataclasses.dataclass(frozen=True)
 class ControllerHandle(Handle):
-    """The job's controller: this CLI (attached) or a detached process, on ``host``."""
+    """The job's controller: this CLI (attached) or a detached process, on ``host``;
+    when it started (``procs.Process``: a pid given to another process later is not
+    it)."""
 
     controller_pid: int
     host: str = ""
+    controller_started: Optional[int] = None
+
+    @property
+    def controller(self) -> procs.Process:
+        return procs.Process(self.controller_pid, self.controller_started)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,10 +381,13 @@ class ControlledBackend(Backend[OptionsT, RequestT, ControllerHandle]):
             rollback.push("the job's connections", controller.abandon)
             controller.prepare()
             self._attached = controller
-            return ControllerHandle(controller_pid=os.getpid(), host=socket.gethostname())
-        pid = start_detached(self.name, request.plan)
-        rollback.push(f"the controller (pid {pid})", lambda: _stop_pid(pid))
-        return ControllerHandle(controller_pid=pid, host=socket.gethostname())
+            me = procs.Process.of(os.getpid())
+            return ControllerHandle(controller_pid=me.pid, host=socket.gethostname(),
+                                    controller_started=me.started)
+        process = start_detached(self.name, request.plan)
+        rollback.push(f"the controller (pid {process.pid})", lambda: _stop_pid(process))
+        return ControllerHandle(controller_pid=process.pid, host=socket.gethostname(),
+                                controller_started=process.started)
 
     def supervise_here(self, record: JobRecord,
                        on_tick: Callable[[], None]) -> Optional[str]:
@@ -362,52 +406,64 @@ class ControlledBackend(Backend[OptionsT, RequestT, ControllerHandle]):
 
     # ------------------------------------------------------------------ watching
     def status(self, record: JobRecord) -> JobStatus:
-        return status_supervised_here(self.name, record, self.handle_of(record).controller_pid)
+        return status_supervised_here(self.name, record, self.handle_of(record).controller)
 
     # ------------------------------------------------------------------ cancelling
     def await_stopped(self, record: JobRecord, handle: ControllerHandle,
                       run: RunPlan) -> None:
-        if handle.controller_pid != os.getpid():
-            procs.wait_gone([handle.controller_pid], run.grace_s + STOP_MARGIN_S + 5
+        """After the abort record: the controller stops the hosts and exits (one that is
+        stopped, SIGSTOP, is continued first: it reads the abort then)."""
+        controller = handle.controller
+        if controller != procs.Process.of(os.getpid()):
+            procs.kill_all([controller], signal.SIGCONT)
+            procs.wait_gone([controller], run.grace_s + STOP_MARGIN_S + 5
                             + (run.restarts.checkpoint_grace_s if run.restarts.enabled else 0))
 
     def remove(self, record: JobRecord, handle: ControllerHandle, run: RunPlan) -> None:
         """Stop a controller that is still there (SIGTERM: it cancels the job and cuts
-        the hosts off; SIGKILL after the grace period), SIGKILL this machine's leftovers,
-        and sweep the hosts if some task never recorded its end."""
-        pid = handle.controller_pid
-        if pid != os.getpid() and procs.pid_alive(pid):
-            _stop_pid(pid, run.grace_s + STOP_MARGIN_S)
-        leftovers = procs.job_processes(record.job_id)
-        if leftovers:
-            procs.kill_all(leftovers, signal.SIGKILL)
-            procs.wait_gone(leftovers, 5)
+        the hosts off; SIGKILL after the grace period), and sweep the hosts if some task
+        never recorded its end (``Backend.cancel`` then kills this machine's leftovers)."""
+        self._stop_controller(handle, run.grace_s)
         attempts = read_attempts(record.layout.attempts_record)
         index = attempts.current.index if attempts else 0
         records = FileRendezvous(record.run_dir, index).read_tasks(run.task_keys())
         if any(not r.state.final for r in records.values()) or len(records) < len(run.tasks):
             self.sweep(record, run)
 
+    def remove_without_plan(self, record: JobRecord, handle: ControllerHandle) -> None:
+        """The plan cannot be read: stop the controller and sweep every host."""
+        stand_in = stand_in_plan(record)
+        self._stop_controller(handle, stand_in.grace_s)
+        self.sweep(record, stand_in)
 
-def _stop_pid(pid: int, grace_s: float = 5.0) -> None:
-    procs.kill_all([pid], signal.SIGTERM)
-    if procs.wait_gone([pid], grace_s):
-        procs.kill_all([pid], signal.SIGKILL)
-        procs.wait_gone([pid], 5)
+    @staticmethod
+    def _stop_controller(handle: ControllerHandle, grace_s: float) -> None:
+        controller = handle.controller
+        if controller != procs.Process.of(os.getpid()) and controller.alive():
+            procs.kill_all([controller], signal.SIGCONT)  # a stopped one sees SIGTERM
+            _stop_pid(controller, grace_s + STOP_MARGIN_S)
+
+
+def _stop_pid(process: procs.Process, grace_s: float = 5.0) -> None:
+    procs.kill_all([process], signal.SIGTERM)
+    if procs.wait_gone([process], grace_s):
+        procs.kill_all([process], signal.SIGKILL)
+        procs.wait_gone([process], 5)
 
 
 # ---------------------------------------------------------------------- detached
 
 
-def start_detached(backend: str, plan: JobPlan) -> int:
+def start_detached(backend: str, plan: JobPlan) -> procs.Process:
     """Start the detached controller of ``plan``'s job and wait until it has prepared
-    the job (or failed to: the same error, re-raised here). Its pid."""
+    the job (or failed to: the same error, re-raised here). Its process."""
     layout = plan.run.layout
     with open(layout.manager_log, "ab") as log:
         proc = subprocess.Popen(
             detached_argv(backend, plan.run.run_dir),
             env={**os.environ, wire.JOB_ID: plan.job_id}, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=log, start_new_session=True, close_fds=True)
+    process = procs.Process.of(proc.pid)
     assert proc.stdout is not None
     deadline = time.monotonic() + max(60.0, plan.run.startup_timeout_s)
     line = b""
@@ -422,14 +478,14 @@ def start_detached(backend: str, plan: JobPlan) -> int:
     try:
         answer = json.loads(line.decode())
     except ValueError:
-        _stop_pid(proc.pid)
+        _stop_pid(process)
         raise MxbatchError("the job's controller did not start: see "
                            f"{layout.manager_log}") from None
     if not answer.get("ok"):
         proc.wait(timeout=30)
         raise MxbatchError(str(answer.get("message")),
                            exit_code=int(answer.get("exit_code") or ExitCode.JOB_FAILED))
-    return proc.pid
+    return process
 
 
 def load_controller(backend_cls: Any, run_dir: str) -> Tuple[Controller, Dict[str, Any]]:
@@ -465,6 +521,8 @@ def run_attempts(backend_cls: Any, first: Controller, config: Dict[str, Any],
         received = controller.run(on_tick)
         if received and not controller.preempted and not cancelled_by:
             cancelled_by.append(received)
+        if controller.storage_error is not None:
+            raise controller.storage_error  # the loop ends the job: nothing more is kept
         return controller.attempt_end(file_attempt_end(plan, controller.rdv))
 
     loop = AttemptLoop(plan, run_attempt, on_tick=on_tick,
@@ -473,6 +531,10 @@ def run_attempts(backend_cls: Any, first: Controller, config: Dict[str, Any],
     # first took its own before it prepared (a signal then is kept in it, and acted on)
     first.release_signals()
     record = loop.run()
+    if loop.storage_error is not None:
+        raise MxbatchError(f"job {plan.job_id} FAILED: {loop.storage_error.reason} "
+                           f"({plan.run_dir}); its hosts were cut off",
+                           exit_code=ExitCode.JOB_FAILED)
     signal_name = loop.signal_received or (cancelled_by[0] if cancelled_by else None)
     return record, signal_name
 
@@ -500,7 +562,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                   "exit_code": ExitCode.BACKEND_UNAVAILABLE})
         raise
     _answer({"ok": True})
-    record, _ = run_attempts(backend_cls, controller, config)
+    try:
+        record, _ = run_attempts(backend_cls, controller, config)
+    except MxbatchError as exc:  # the run directory broke: said on stderr (our log)
+        notes.to_stderr(f"mxbatch: {exc.message}\n")
+        return 1
     return 0 if record.outcome is EndReason.SUCCEEDED else 1
 
 

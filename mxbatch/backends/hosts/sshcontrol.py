@@ -526,12 +526,18 @@ class SshController(Controller):
             record.log = self.layout.task_log(Role(record.role).value, record.rank)
         return record
 
+    def degrade(self) -> None:
+        super().degrade()
+        for log in self._logs.values():
+            log.best_effort = True
+
     def _append_log(self, role: Role, rank: int, data: bytes) -> None:
         key = (role, rank)
         log = self._logs.get(key)
         if log is None:
             log = self._logs[key] = TaskLog(self.layout.task_log(role.value, rank),
                                             self.layout.task_log_times(role.value, rank))
+            log.best_effort = self.storage_error is not None
         log.write(data)
 
     def _ended(self, link: HostLink) -> None:
