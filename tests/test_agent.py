@@ -91,11 +91,14 @@ def test_members_start_in_the_loop_that_sees_their_schedulers_socket(cli, tmp_pa
     bind.touch()
     assert cli.run("wait", job, "--timeout", "120").returncode == 0
     listening = task_record(run_dir, "scheduler", 0)["reached_at"]
-    members = [task_record(run_dir, role, rank)["exec_at"]
+    members = [task_record(run_dir, role, rank)
                for role, rank in [("server", 0)] + [("worker", r) for r in range(7)]]
-    sys.stderr.write(f"8 members exec'd {max(members) - listening:.3f}s after the listen\n")
-    # polling, 8 members would start up to 0.5 s after it (each a random part of that)
-    assert max(members) - listening < 0.3, (listening, members)
+    execs = max(m["exec_at"] for m in members) - listening
+    sys.stderr.write(f"8 members exec'd up to {execs:.3f}s after the listen\n")
+    # the turn that saw the listen started every member (its time, exactly); polling,
+    # each would join at its own next look, up to 0.5 s later (the spawns' own cost
+    # on a loaded machine is no part of this)
+    assert {m["joined_at"] for m in members} == {listening}, (listening, members)
     assert_no_processes(job)
 
 

@@ -177,6 +177,10 @@ class TaskRecord:
     # own cost up to its first role
     exec_at: Optional[float] = None
     exec_cpu_s: Optional[float] = None
+    # a server or worker: the agent loop's time when its supervisor read the scheduler's
+    # listening record and began to start the role (a local job's members: the same
+    # turn, the same time, as the scheduler's ``reached_at``)
+    joined_at: Optional[float] = None
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)

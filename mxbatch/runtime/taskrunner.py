@@ -402,6 +402,7 @@ class TaskRunner:
         except (net.NetworkError, OSError) as exc:
             raise self.fail("%s: %s" % (self.label, exc), wall, mono) from None
         self._scheduler = info
+        self.record.joined_at = wall
         env = wire.rendezvous_environment(info.ip, info.port, my_ip)
         port = None
         if self.container is None:  # (a container gets the rendezvous variables only)
