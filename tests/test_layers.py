@@ -155,6 +155,22 @@ def test_each_wire_name_is_a_literal_in_one_module():
             assert len(where) == 1, (word, sorted(where))
 
 
+def test_channel_message_types_are_literals_in_wire_only():
+    """The ssh channel's message types ("setup", "hello", "call", ...) are spelled once:
+    ``wire.MessageType``; every other module names the member."""
+    wire = importlib.import_module("mxbatch.runtime.wire")
+    types = {member.value for member in wire.MessageType}
+    assert {"setup", "hello", "call", "bye"} <= types
+    channel_modules = {"mxbatch.runtime.remote", "mxbatch.runtime.channel",
+                       "mxbatch.runtime.channelrdv", "mxbatch.backends.hosts.sshcontrol"}
+    all_modules = modules()
+    assert channel_modules <= set(all_modules)
+    for name in sorted(channel_modules):
+        spelled = types & set(string_constants(all_modules[name]))
+        assert not spelled, (name, sorted(spelled))
+    assert wire.TYPE_KEY not in set(string_constants(all_modules["mxbatch.runtime.remote"]))
+
+
 def test_run_directory_file_names_are_the_layouts():
     names = {"plan.json", "scheduler.json", "abort.json", "abort.lock", "digest.json",
              "runtime.pyz", "manager.log", "mpirun.log"}

@@ -49,17 +49,12 @@ class BackendName(click.ParamType):
 
     def convert(self, value: Any, param: Optional[click.Parameter],
                 ctx: Optional[click.Context]) -> str:
-        from ..backends.registry import is_known, names
+        from ..backends.registry import is_known, names, unknown_backend_hint
 
         if is_known(value):
             return value
-        import difflib
-
-        known = names()
-        close = difflib.get_close_matches(str(value), known, n=1, cutoff=0.5)
-        self.fail(f"unknown backend {value!r} "
-                  + (f"(did you mean {close[0]!r}?)" if close
-                     else f"(backends: {', '.join(known)})"), param, ctx)
+        self.fail(f"unknown backend {value!r} ({unknown_backend_hint(value, names())})",
+                  param, ctx)
 
     def shell_complete(self, ctx: click.Context, param: click.Parameter,
                        incomplete: str) -> List[CompletionItem]:

@@ -35,13 +35,15 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 #: the exit status of a wrapper whose exec of the role failed (as a shell's)
 EXEC_FAILED = 127
+#: prctl(2)'s option that sets the calling process's death signal
+PR_SET_PDEATHSIG = 1
 #: the portable wrapper: ``python -I -S -c DEATHSIG_WRAPPER SIGNUM PARENT_PID ARGV...``
 #: (a parent already gone before the death signal was set: the signal now)
 DEATHSIG_WRAPPER = (
     "import os, sys\n"
     "try:\n"
     "    import ctypes\n"
-    "    ctypes.CDLL(None).prctl(1, int(sys.argv[1]))  # PR_SET_PDEATHSIG\n"
+    "    ctypes.CDLL(None).prctl(" + str(PR_SET_PDEATHSIG) + ", int(sys.argv[1]))\n"
     "except Exception:\n"
     "    pass\n"
     "if os.getppid() != int(sys.argv[2]):\n"
@@ -53,6 +55,21 @@ DEATHSIG_WRAPPER = (
     "                 % (sys.argv[3], exc.strerror)).encode('utf-8', 'replace'))\n"
     "    os._exit(" + str(EXEC_FAILED) + ")\n"
 )
+
+
+def die_with_parent(signum: int = signal.SIGKILL) -> None:
+    """Set the calling process's death signal (``PR_SET_PDEATHSIG``): for a
+    ``preexec_fn``, in a child between fork and exec (``subprocess`` then forks, see the
+    module docstring), which the signal then ends when its parent dies. Best effort:
+    nothing happens where there is no Linux libc to call."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signum))
+    except Exception:  # not Linux, or no libc
+        pass
+
+
 #: where ``setpriv`` is looked for (before the supervisor's PATH)
 SETPRIV_PLACES = ("/usr/bin/setpriv", "/bin/setpriv")
 

@@ -523,12 +523,9 @@ def _restarts(value: Any, key_path: KeyPath, locations: Locations,
         chosen: List[EndReason] = []
         for item in items:
             if not isinstance(item, str) or item not in allowed:
-                import difflib  # only for a mistake
-
-                close = difflib.get_close_matches(str(item), allowed, n=1, cutoff=0.5)
-                raise ValueError(f"unknown end reason {item!r}"
-                                 + (f" (did you mean {close[0]!r}?)" if close else
-                                    f" (reasons: {', '.join(allowed)})"))
+                hint = did_you_mean(item, allowed, f"reasons: {', '.join(allowed)}",
+                                    cutoff=0.5)
+                raise ValueError(f"unknown end reason {item!r} ({hint})")
             reason = ON_ALIASES.get(item) or EndReason(item)
             if reason not in chosen:
                 chosen.append(reason)

@@ -71,17 +71,6 @@ BY = "mxbatch controller"
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def die_with_parent() -> None:  # in the child, between fork and exec
-    """PR_SET_PDEATHSIG: the launcher's processes (ssh, mpirun) die with the controller,
-    which drops the job's connections: every host then stops its roles."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
-    except Exception:  # best effort: not Linux, or no libc to call
-        pass
-
-
 def controller_file(layout: RunLayout, backend: str) -> str:
     """Where a backend keeps its controller's configuration in the run directory."""
     return layout.backend_file(backend, "controller.json")

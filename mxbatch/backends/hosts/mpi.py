@@ -51,6 +51,7 @@ from ...runtime import logfile, wire
 from ...runtime.jobloop import AttemptContext
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan
+from ...runtime.spawn import die_with_parent
 from ...runtime.states import AbortKind, AbortRecord
 from ...spec.plan import JobPlan
 from ...spec.typed import Seconds, from_data, option, to_data
@@ -61,7 +62,6 @@ from .controller import (
     ControlledBackend,
     ControlledRequest,
     Controller,
-    die_with_parent,
     unavailable,
 )
 

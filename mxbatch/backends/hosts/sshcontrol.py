@@ -50,11 +50,12 @@ from ...runtime.planfile import RunPlan
 from ...runtime.remote import TOKEN_BYTES, VERSION_EXIT, zipapp_header
 from ...runtime.rendezvous import TaskKey
 from ...runtime.roles import Role
+from ...runtime.spawn import die_with_parent
 from ...runtime.states import EndReason
 from ...runtime.wire import TYPE_KEY, MessageType
 from ...spec.typed import from_data
 from . import hostfile
-from .controller import Controller, die_with_parent, unavailable
+from .controller import Controller, unavailable
 from .starters import StarterKind, describe_start_failure
 
 #: how long an agent may take after the ssh connection is up to say hello (starting
