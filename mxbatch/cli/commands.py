@@ -247,12 +247,11 @@ def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Op
         _err(f"mxbatch: submitted {record.job_id} to {record.backend}; "
              f"run directory {record.run_dir}")
         if attached is not None:
-            _supervise_and_exit(backend, record, held, stream_logs=not quiet and not as_json,
-                                quiet=quiet, as_json=as_json)
+            _attend_and_exit(backend, record, stream_logs=not quiet and not as_json,
+                             supervise_here=True, held=held, quiet=quiet, as_json=as_json)
         elif wait:
-            _follow_and_exit(backend, record, stream_logs=not quiet and not as_json,
-                             timeout=None, cancel_on_interrupt=True, quiet=quiet,
-                             as_json=as_json, held=held)
+            _attend_and_exit(backend, record, stream_logs=not quiet and not as_json,
+                             held=held, quiet=quiet, as_json=as_json)
 
 
 def _one_terminal() -> bool:
@@ -284,22 +283,40 @@ def _print_final(backend, record: records.JobRecord, status: JobStatus) -> None:
                                               failure_cause(backend, record, status))))
 
 
-def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *,
-                        stream_logs: bool, quiet: bool = False, as_json: bool = False) -> None:
-    """This process supervises the job (the local backend attached): Ctrl-C cancels it.
-    ``held`` holds signals back until the supervisor has installed its handlers."""
-    from ..jobs.follow import supervise
+def _attend_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
+                     supervise_here: bool = False, held: Optional[HeldSignals] = None,
+                     timeout: Optional[float] = None, cancel_on_interrupt: bool = True,
+                     quiet: bool = False, as_json: bool = False) -> None:
+    """Stay with the job until it ends, then report its outcome and exit with it (0, 1
+    when it did not succeed, 130 when interrupted). ``supervise_here``: this process is
+    the job's supervisor (the local backend attached), whose handlers take Ctrl-C and
+    cancel the job; else it follows the job's records (up to ``timeout``), and Ctrl-C
+    cancels the job (``cancel_on_interrupt``) or leaves it running (exit 130).
+    ``held``: signals held back since the submission, replayed to the supervisor's
+    handlers or released here."""
+    from ..jobs.follow import follow, supervise
     from .progress import Progress, choose_mode
 
     progress = Progress(choose_mode(sys.stderr, quiet), sys.stderr, record.submitted_at)
+    echo, note = progress.wrap(click.echo), progress.wrap(_err)
+    interrupted: Optional[str] = None
     try:
-        status, interrupted = supervise(backend, record, stream_logs=stream_logs,
-                                        echo=progress.wrap(click.echo),
-                                        on_status=progress.on_status, held=held,
-                                        note=progress.wrap(_err))
-    except KeyboardInterrupt:  # a second Ctrl-C before the supervisor took the signals
+        if supervise_here:
+            status, interrupted = supervise(backend, record, stream_logs=stream_logs,
+                                            echo=echo, on_status=progress.on_status,
+                                            held=held, note=note)
+        else:
+            if held is not None:
+                held.release()  # a Ctrl-C held back meanwhile: KeyboardInterrupt now
+            status = follow(backend, record, stream_logs=stream_logs, echo=echo,
+                            timeout=timeout, on_status=progress.on_status, note=note)
+    except KeyboardInterrupt:  # following, or a second Ctrl-C before the supervisor's
         progress.clear()
+        if not cancel_on_interrupt:
+            raise MxbatchError("interrupted; the job keeps running",
+                               ExitCode.INTERRUPTED) from None
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _err(f"mxbatch: interrupted: cancelling {record.job_id} ...")
         backend.cancel(record)
         status, interrupted = backend.status(record), "SIGINT"
     finally:
@@ -311,42 +328,6 @@ def _supervise_and_exit(backend, record: records.JobRecord, held: HeldSignals, *
     _report(backend, record, status)
     if interrupted:
         sys.exit(ExitCode.INTERRUPTED)
-    if status.state is not JobState.SUCCEEDED:
-        sys.exit(ExitCode.JOB_FAILED)
-
-
-def _follow_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
-                     timeout: Optional[float], cancel_on_interrupt: bool,
-                     quiet: bool = False, as_json: bool = False,
-                     held: Optional[HeldSignals] = None) -> None:
-    """Follow the job until it ends; Ctrl-C cancels it (``cancel_on_interrupt``) or
-    leaves it running. ``held``: signals held back since the submission, released here."""
-    from ..backends.status import JobState
-    from ..jobs.follow import follow
-    from .progress import Progress, choose_mode
-
-    progress = Progress(choose_mode(sys.stderr, quiet), sys.stderr, record.submitted_at)
-    try:
-        if held is not None:
-            held.release()  # a Ctrl-C held back meanwhile: KeyboardInterrupt now
-        status = follow(backend, record, stream_logs=stream_logs,
-                        echo=progress.wrap(click.echo), timeout=timeout,
-                        on_status=progress.on_status, note=progress.wrap(_err))
-    except KeyboardInterrupt:
-        progress.clear()
-        if not cancel_on_interrupt:
-            raise MxbatchError("interrupted; the job keeps running",
-                               ExitCode.INTERRUPTED) from None
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        _err(f"mxbatch: interrupted: cancelling {record.job_id} ...")
-        backend.cancel(record)
-        _err(f"mxbatch: job {record.job_id} CANCELLED")
-        sys.exit(ExitCode.INTERRUPTED)
-    finally:
-        progress.clear()
-    if as_json:
-        _print_final(backend, record, status)
-    _report(backend, record, status)
     if status.state is not JobState.SUCCEEDED:
         sys.exit(ExitCode.JOB_FAILED)
 
@@ -581,6 +562,6 @@ def wait_command(job_id: str, timeout: Optional[float], stream_logs: bool, quiet
     from ..jobs import submit as jobs
 
     record = records.load(job_id)
-    _follow_and_exit(jobs.backend_for_record(record), record,
+    _attend_and_exit(jobs.backend_for_record(record), record,
                      stream_logs=stream_logs and not as_json, timeout=timeout,
                      cancel_on_interrupt=False, quiet=quiet, as_json=as_json)

@@ -16,8 +16,7 @@ from ..backends import records
 from ..backends.base import current_attempt, load_run_plan
 from ..errors import JobNotFound, MxbatchError
 from ..jobs import submit as jobs
-from ..jobs.follow import LogTail
-from ..runtime import logfile
+from ..jobs.follow import LogStream, LogTail
 from ..runtime.planfile import TaskInfo
 from ..runtime.roles import Role
 from . import jsonout
@@ -79,30 +78,23 @@ def logs_command(job_id: str, role: Optional[str], rank: Optional[int], follow: 
             for line in backend.logs(record, task.role, task.rank):
                 click.echo(prefix + line.rstrip("\n"))
         return
-    tails = []
-    for task in tasks:
-        # (attempt 0 as before: a plugin's log_reader may not know attempts)
-        reader = backend.log_reader(record, task.role, task.rank,
-                                    *([attempt] if attempt else []))
-        if timestamps and reader is not None:
-            raise MxbatchError(f"--timestamps: the logs of backend {record.backend} are read "
-                               "from its own service, which keeps no arrival times",
-                               exit_code=2)
-        prefix = f"{task.label:<{width}} | " if len(tasks) > 1 else ""
-        tail = LogTail(Path(layout.task_log(task.role.value, task.rank)), prefix, reader)
-        if tail_lines is not None:
-            tail.skip_to_last(tail_lines)
-        times = layout.task_log_times(task.role.value, task.rank)
-        tails.append((tail, times))
+    readers = [backend.log_reader(record, t.role, t.rank, *([attempt] if attempt else []))
+               for t in tasks]
+    if timestamps and any(reader is not None for reader in readers):
+        raise MxbatchError(f"--timestamps: the logs of backend {record.backend} are read "
+                           "from its own service, which keeps no arrival times",
+                           exit_code=2)
+    stream = LogStream(backend, record, load_run_plan(record), click.echo, attempt=attempt,
+                       tasks=tasks, prefixed=len(tasks) > 1, tail_lines=tail_lines,
+                       stamp=_stamp if timestamps else None)
     while True:
         done = not follow or backend.status(record).terminal
-        for tail, times in tails:
-            index = logfile.read_index(times) if timestamps else []
-            for offset, line in tail.read_lines(final=done):
-                stamp = ""
-                if timestamps:
-                    stamp = (jsonout.timestamp(logfile.time_at(index, offset)) or NO_TIME) + " "
-                click.echo(tail.prefix + stamp + line)
+        stream.pump(final=done)
         if done:
             return
         time.sleep(FOLLOW_INTERVAL_S)
+
+
+def _stamp(at: Optional[float]) -> str:
+    """A line's arrival time as ``--timestamps`` shows it."""
+    return jsonout.timestamp(at) or NO_TIME

@@ -14,13 +14,13 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from ..backends.base import Backend, LogReader, attempts_of, current_attempt, load_run_plan
 from ..backends.records import JobRecord
 from ..errors import BadInput, MxbatchError, WaitTimeout
 from ..runtime import logfile, notes, osbytes
-from ..runtime.planfile import RunPlan
+from ..runtime.planfile import RunPlan, TaskInfo
 from ..runtime.rendezvous import Rendezvous
 from ..runtime.states import AbortKind, AbortRecord, TaskState
 from ..runtime.watch import missing_at_deadline, startup_abort
@@ -133,26 +133,40 @@ def _start_of_last(data: bytes, count: int) -> int:
 
 
 class LogStream:
-    """Every task's log, prefixed ``role[rank] |``, as it grows (nothing when off)."""
+    """The logs of a job's tasks (``tasks``: all of the plan's by default), each line
+    prefixed ``role[rank] |`` (``prefixed``), as they grow; nothing when not ``enabled``.
+    The one follower of logs: ``submit --wait`` streams every task's, ``logs -f`` those
+    it chose, from their last ``tail_lines`` lines, each line after its arrival time
+    as ``stamp`` writes it (from the log's time index; ``stamp(None)`` where the index
+    does not say)."""
 
     #: the least time between two looks at the logs (each look opens every log file
     #: anew: on NFS only an open shows what another host wrote)
     MIN_INTERVAL_S = 0.1
 
     def __init__(self, backend: Backend, record: JobRecord, plan: RunPlan,
-                 echo: Callable[[str], None], enabled: bool = True, attempt: int = 0) -> None:
+                 echo: Callable[[str], None], enabled: bool = True, attempt: int = 0, *,
+                 tasks: Optional[Sequence[TaskInfo]] = None, prefixed: bool = True,
+                 tail_lines: Optional[int] = None,
+                 stamp: Optional[Callable[[Optional[float]], str]] = None) -> None:
         self.echo = echo
+        self.stamp = stamp
         self._next = 0.0
-        self.tails: List[LogTail] = []
-        if enabled:
-            width = max(len(t.label) for t in plan.tasks)
-            layout = record.layout.attempt(attempt)
-            self.tails = [LogTail(Path(layout.task_log(t.role.value, t.rank)),
-                                  f"{t.label:<{width}} | ",
-                                  # (attempt 0 as before: a plugin's may not know it)
-                                  backend.log_reader(record, t.role, t.rank,
-                                                     *([attempt] if attempt else [])))
-                          for t in plan.tasks]
+        self.tails: List[Tuple[LogTail, str]] = []  # and its time index's path
+        if not enabled:
+            return
+        chosen = plan.tasks if tasks is None else tasks
+        width = max(len(t.label) for t in chosen)
+        layout = record.layout.attempt(attempt)
+        for task in chosen:
+            tail = LogTail(Path(layout.task_log(task.role.value, task.rank)),
+                           f"{task.label:<{width}} | " if prefixed else "",
+                           # (attempt 0 as before: a plugin's may not know attempts)
+                           backend.log_reader(record, task.role, task.rank,
+                                              *([attempt] if attempt else [])))
+            if tail_lines is not None:
+                tail.skip_to_last(tail_lines)
+            self.tails.append((tail, layout.task_log_times(task.role.value, task.rank)))
 
     def pump(self, final: bool = False) -> None:
         """Echo the complete new lines (``final``: the rest too). Within one look, the
@@ -163,12 +177,13 @@ class LogStream:
             return
         self._next = now + self.MIN_INTERVAL_S
         teardown = []
-        for tail in self.tails:
-            for line in tail.read(final=final):
-                if notes.is_teardown(line):
-                    teardown.append(line)
-                else:
-                    self.echo(line)
+        for tail, times in self.tails:
+            index = logfile.read_index(times) if self.stamp is not None else []
+            for offset, text in tail.read_lines(final=final):
+                stamp = ("" if self.stamp is None
+                         else self.stamp(logfile.time_at(index, offset)) + " ")
+                line = tail.prefix + stamp + text
+                (teardown.append if notes.is_teardown(text) else self.echo)(line)
         for line in teardown:
             self.echo(line)
 
