@@ -9,6 +9,7 @@ attempt; ``with_attempts`` then adds what ``attempts.json`` says of every attemp
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import time
@@ -69,6 +70,17 @@ class TaskStatus:
     code_finished_at: Optional[float] = None
     #: how long the role still ran after its code finished before mxbatch ended it
     exit_hang_s: Optional[float] = None
+
+    @classmethod
+    def of_record(cls, record: TaskRecord, **status: Any) -> "TaskStatus":
+        """The status of a task whose supervisor's record is ``record``: every field the
+        two share by name is the record's (a copy: the record is not shared), ``status``
+        the fields only a status has or that the status decides (``state``, ``note``,
+        ``native``, ``kv_rank``). A field added to both needs no code here."""
+        shared = {f.name for f in dataclasses.fields(cls)} & \
+            {f.name for f in dataclasses.fields(TaskRecord)}
+        copied = {name: copy.copy(getattr(record, name)) for name in shared - set(status)}
+        return cls(**copied, **status)
 
     @property
     def samples_per_sec(self) -> Optional[float]:
@@ -254,13 +266,7 @@ def _task_status(role: Role, rank: int, record: Optional[TaskRecord], native: Na
                                            "see the run directory? `mxbatch doctor` checks)")
     elif state is TaskState.PENDING and native is NativeState.ACTIVE:
         state = TaskState.STARTING
-    return TaskStatus(role=role, rank=rank, state=state, host=record.host, pid=record.pid,
-                      exit_code=record.exit_code, signal=record.signal, note=note,
-                      log=record.log, native=native_id, started_at=record.started_at,
-                      ended_at=record.ended_at, metrics=dict(record.metrics),
-                      environment=dict(record.environment),
-                      code_finished_at=record.code_finished_at,
-                      exit_hang_s=record.exit_hang_s)
+    return TaskStatus.of_record(record, state=state, note=note, native=native_id)
 
 
 def with_attempts(status: JobStatus, plan: RunPlan, record: Optional[AttemptsRecord],
