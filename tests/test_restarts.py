@@ -187,9 +187,10 @@ def test_walltime_checkpoints_every_attempt_until_restarts_run_out(cli, tmp_path
     """Workers whose training outlasts the walltime: each attempt ends the checkpoint
     lead before it, the workers checkpoint (SIGUSR1), and the job relaunches until
     restarts.max is exhausted."""
-    spec = restart_spec(tmp_path, restarts="{max: 1, backoff: 0, checkpoint_lead: 3s}",
+    # (the lead leaves a loaded machine's role time to install its SIGUSR1 handler)
+    spec = restart_spec(tmp_path, restarts="{max: 1, backoff: 0, checkpoint_lead: 4s}",
                         env={"FAKE_SLEEP": "300"},
-                        extra="resources: {walltime: 8s}\n")
+                        extra="resources: {walltime: 12s}\n")
     result = cli.run("submit", "--wait", str(spec), timeout=240)
     assert result.returncode == 1, result.stderr
     assert "restarts.max 1 exhausted (2 attempts)" in result.stderr
