@@ -148,6 +148,16 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
     return value
 
 
+def remove_live_directory(path: Path) -> None:
+    """Remove a directory that running processes still write into, as ``rm -rf`` would
+    for them, without ``rmtree``'s race (a record written meanwhile: "Directory not
+    empty"): rename it away first, atomically (every later lookup of its path fails, as
+    after an rm), then remove the renamed tree, which nobody finds by name any more."""
+    gone = path.with_name(path.name + ".removed")
+    os.rename(path, gone)
+    shutil.rmtree(gone)
+
+
 def task_record(run_dir: Path, role: str, rank: int) -> Optional[dict]:
     try:
         return json.loads(Path(RunLayout(str(run_dir)).task_record(role, rank)).read_text())

@@ -7,7 +7,6 @@ nothing is left running). Root only: the file systems are real tmpfs and bind mo
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from .conftest import (
     FAKEROLE,
     assert_no_processes,
     processes_of_jobs_named,
+    remove_live_directory,
     task_record,
     wait_for,
 )
@@ -174,7 +174,7 @@ def test_a_run_directory_removed_mid_job(cli, tmp_path, attached):
     runs = tmp_path / "runs"
     runs.mkdir()
     job, run_dir, proc = _start(cli, tmp_path, runs, attached)
-    shutil.rmtree(run_dir)
+    remove_live_directory(run_dir)
     _ends_unwritable(cli, job, proc, "No such file or directory")
     result = cli.run("status", job)
     assert result.returncode == 4 and "is gone" in result.stderr, result.stderr

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 from mxbatch.runtime import procs
 from mxbatch.runtime.layout import RunLayout
 
-from .conftest import wait_for
+from .conftest import remove_live_directory, wait_for
 from .hostjobs import all_running, assert_clean, fake_spec, start_long_job
 
 BACKENDS = [pytest.param("ssh", marks=pytest.mark.ssh),
@@ -93,7 +92,7 @@ def test_a_run_directory_removed_mid_job_stops_an_attached_ssh_job(hosts_cli, ho
     assert job, proc.communicate(timeout=60)[1]
     run_dir = hosts_cli.run_dir(job)
     wait_for(lambda: all_running(run_dir, 5), 90, "every task running")
-    shutil.rmtree(run_dir)
+    remove_live_directory(run_dir)
     try:
         _, err = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:

@@ -21,6 +21,7 @@ import pytest
 from mxbatch.backends.yarn import rest
 
 from .conftest import Cli, wait_for
+from .polling import poll
 from .test_yarn import app_id, assert_gone, rm_app, spec_file
 
 pytestmark = [pytest.mark.yarn, pytest.mark.mxnet]
@@ -98,9 +99,12 @@ def test_kill_through_rest_then_status_of_the_ended_job(yarn, tmp_path, no_java)
     app = app_id(yarn, job)
     # killed early, skein's application master may unregister SUCCEEDED before the
     # kill lands (YARN then reports FINISHED): kill a job that trains
-    wait_for(lambda: "first step" in yarn.run("logs", job, "--role", "worker", "--rank", "0",
-                                              env=no_java).stdout,
-             90, "the first training step", interval=1)
+    logs = poll(lambda: yarn.run("logs", job, "--role", "worker", "--rank", "0", env=no_java),
+                lambda result: "first step" in result.stdout, 180, interval=1)
+    if "first step" not in logs.stdout:  # what the job and the cluster said, to see why
+        pytest.fail("no first training step after 180s: status "
+                    + yarn.run("status", job, env=no_java).stdout + "\nworker[0]'s log "
+                    + logs.stdout[-2000:] + logs.stderr[-1000:] + "\nRM: " + str(rm_app(yarn, app)))
     client = rest.RmRestClient(rest.RmUrls((yarn.env["MXBATCH_YARN_RM_URL"],), "the test"), 10)
     client.kill(app)
     wait_for(lambda: client.app(app).state.ended, 60, "YARN ending the killed application",

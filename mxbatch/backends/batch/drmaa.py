@@ -217,8 +217,11 @@ def auto_uses_drmaa(identity: Optional[LibraryIdentity], own: DrmSystem) -> bool
 
 def check_library(identity: LibraryIdentity, own: DrmSystem, native: str) -> None:
     """``submitter: drmaa``: ``BackendUnavailable`` (exit 3) naming the library and what
-    it is unless it drives ``own``; ``native``: the submitter that needs no library."""
-    if identity.system is own:
+    it is when it says it drives another scheduler than ``own`` (or none mxbatch knows);
+    ``native``: the submitter that needs no library. A library that cannot say (Grid
+    Engine's without a reachable cell) passes: its first real call fails with the
+    scheduler's own words, which say more than "cannot say"."""
+    if identity.system is own or identity.problem:
         return
     raise BackendUnavailable(
         f"submitter drmaa: the DRMAA library is {identity.describe()}, not a {own.value} "
