@@ -110,11 +110,15 @@ echo "QUEUED=$queued"
 
 
 @pytest.mark.slurm
-def test_an_sbatch_script_that_calls_mxbatch_launch(slurm, tmp_path):
-    (tmp_path / "out").mkdir()
-    body = script(tmp_path, "job.sh", f"""cd {tmp_path}
-FAKE_OUT={tmp_path}/out FAKE_SLEEP=2 {MXBATCH} launch --backend slurm --name alloc-batch \\
-    -n 2 -s 1 --grace 2s -- python3 {FAKEROLE}
+@pytest.mark.mxnet
+def test_the_example_job_trains_in_an_sbatch_script_that_calls_mxbatch_launch(slurm,
+                                                                             tmp_path):
+    """An sbatch script (2 nodes) whose body is ``mxbatch launch --backend slurm ...
+    python3 train_mlp.py``: it trains, with roles on both nodes, as steps of that job."""
+    workdir = copy_example(tmp_path / "work").parent
+    body = script(tmp_path, "job.sh", f"""cd {workdir}
+EPOCHS=2 {MXBATCH} launch --backend slurm --name alloc-batch -n 2 -s 1 --grace 5s -- \\
+    python3 train_mlp.py --kvstore dist_sync > out.txt
 echo "RC=$?"
 """, directives="#SBATCH --nodes=2\n")
     out = tmp_path / "batch.out"
@@ -123,6 +127,7 @@ echo "RC=$?"
     assert result.returncode == 0, result.stderr + out.read_text()
     text = out.read_text()
     assert "RC=0" in text, text
+    assert_trained((workdir / "out.txt").read_text())
     job = job_of(text)
     hosts = task_hosts(slurm, job)
     assert len(set(hosts.values())) == 2, hosts
