@@ -115,7 +115,7 @@ def test_workers_that_failed_before_the_teardown_reached_them_stay_failed(cli, t
     worker = ["sh", "-c", f"until [ -e '{go}' ]; do sleep 0.05; done; exec python3 nope.py"]
     spec = fake_spec(tmp_path, workers=2, worker_command=worker)
     job = cli.submit(spec)
-    run_dir = cli.home / "runs" / job
+    run_dir = cli.run_dir(job)
     records = wait_for(lambda: _running(run_dir), 60, "both workers to run")
     agent = records[0]["supervisor_pid"]
     os.kill(agent, signal.SIGSTOP)

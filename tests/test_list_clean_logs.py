@@ -55,18 +55,18 @@ def test_clean_removes_old_ended_jobs_and_never_a_running_one(cli, tmp_path):
         young = cli.run("clean", "--json")  # default: ended at least 7 days ago
         assert json.loads(young.stdout)["jobs"] == []
         dry = json.loads(cli.run("clean", "--older-than", "1ms", "--dry-run", "--json").stdout)
-        assert [j["job_id"] for j in dry["jobs"]] == [old] and (cli.home / "runs" / old).is_dir()
+        assert [j["job_id"] for j in dry["jobs"]] == [old] and (cli.run_dir(old)).is_dir()
         result = cli.run("clean", "--older-than", "1ms", "--state", "ended")
         assert result.returncode == 0, result.stderr
         assert f"removed {old}: {cli.home / 'runs' / old}" in result.stdout
-        assert not (cli.home / "runs" / old).exists()
+        assert not (cli.run_dir(old)).exists()
         assert not (cli.home / "jobs" / f"{old}.json").exists()
         assert cli.run("status", old).returncode == 4
         # a running job is never removed, even when asked for every state there is
         for state in ("ended", "unknown", "succeeded"):
             cli.run("clean", "--older-than", "1ms", "--state", state)
         assert cli.status(running)["state"] == "RUNNING"
-        assert (cli.home / "runs" / running).is_dir()
+        assert (cli.run_dir(running)).is_dir()
     finally:
         cli.run("cancel", running)
     assert_no_processes(running)

@@ -59,7 +59,7 @@ def test_killed_worker_resumes_from_its_checkpoint(cli, tmp_path):
     workdir = tmp_path / "resume"
     spec = copy_resume_example(workdir)
     job = cli.submit(spec, env={"EPOCHS": "3", "STEP_SLEEP": "0.03"})
-    run = cli.home / "runs" / job
+    run = cli.run_dir(job)
     log0 = run / "logs" / "worker-0.log"
     wait_for(lambda: re.search(r"epoch 0 loss .* checkpoint saved", read(log0)), 300,
              "the first epoch's checkpoint")

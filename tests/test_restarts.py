@@ -125,7 +125,7 @@ def restart_spec(tmp_path: Path, *, restarts: str, env: dict, worker_command=Non
 
 
 def _attempts(cli, job):
-    return json.loads((cli.home / "runs" / job / "attempts.json").read_text())
+    return json.loads((cli.run_dir(job) / "attempts.json").read_text())
 
 
 def test_a_failed_attempt_is_relaunched_and_succeeds(cli, tmp_path):
@@ -142,7 +142,7 @@ def test_a_failed_attempt_is_relaunched_and_succeeds(cli, tmp_path):
     assert status["state"] == "SUCCEEDED" and status["attempt"] == 1
     assert [a["reason"] for a in status["attempts"]] == ["failure", "succeeded"]
     assert status["attempts"][1]["restart_reason"] == "failure"
-    run = cli.home / "runs" / job
+    run = cli.run_dir(job)
     assert (run / "logs" / "worker-0.log").is_file()
     assert "exited with code 0" in (run / "attempts" / "1" / "logs" / "worker-0.log").read_text()
     env = json.loads((tmp_path / "out" / "0.json").read_text())["env"]  # attempt 1's dump
@@ -198,7 +198,7 @@ def test_walltime_checkpoints_every_attempt_until_restarts_run_out(cli, tmp_path
     record = _attempts(cli, job)
     assert [a["reason"] for a in record["attempts"]] == ["walltime", "walltime"]
     assert (tmp_path / "out" / "0.checkpoint").read_text() == "1"  # attempt 1 saved last
-    log = (cli.home / "runs" / job / "logs" / "worker-0.log").read_text()
+    log = (cli.run_dir(job) / "logs" / "worker-0.log").read_text()
     assert "sending SIGUSR1 (checkpoint)" in log and "after the checkpoint signal" in log
     assert_no_processes(job)
 
@@ -209,7 +209,7 @@ def test_preemption_of_the_job_manager_relaunches(cli, tmp_path):
     spec = restart_spec(tmp_path, restarts="{max: 1, backoff: 0}",
                         env={"FAKE_SLEEP": "6"})
     job = cli.submit(spec)
-    run = cli.home / "runs" / job
+    run = cli.run_dir(job)
     wait_for(lambda: (run / "tasks" / "worker-1.json").is_file() and json.loads(
         (run / "tasks" / "worker-1.json").read_text()).get("reached_at"), 60,
         "worker[1] to reach the scheduler")
@@ -227,7 +227,7 @@ def test_cancel_while_waiting_between_attempts(cli, tmp_path):
     spec = restart_spec(tmp_path, restarts="{max: 2, backoff: 10m}",
                         env={"FAKE_SLEEP": "3", "FAKE_EXIT": "3"})
     job = cli.submit(spec)
-    wait_for(lambda: (_attempts(cli, job) if (cli.home / "runs" / job / "attempts.json")
+    wait_for(lambda: (_attempts(cli, job) if (cli.run_dir(job) / "attempts.json")
                       .stat().st_size > 2 else {}).get("next_at"), 60,
              "the wait before attempt 1")
     status = cli.status(job)

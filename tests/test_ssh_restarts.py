@@ -34,7 +34,7 @@ def test_killed_worker_resumes_on_the_hosts(hosts_cli, hosts_env, tmp_path):
     spec = copy_resume_example(workdir, lambda text: text.replace(
         "restarts:", f"backend: ssh\nbackends:\n  ssh: {{hostfile: {hostfile}}}\nrestarts:"))
     job = hosts_cli.submit(spec, env={"EPOCHS": "3", "STEP_SLEEP": "0.03"})
-    run = hosts_cli.home / "runs" / job
+    run = hosts_cli.run_dir(job)
     log0 = run / "logs" / "worker-0.log"
     wait_for(lambda: re.search(r"epoch 0 loss .* checkpoint saved", read(log0)), 300,
              "the first epoch's checkpoint")
@@ -60,7 +60,7 @@ def test_a_dropped_host_is_left_out_of_the_relaunch(hosts_cli, hosts_env, tmp_pa
         "restarts: {max: 1, backoff: 0}\n"
         f"backends:\n  ssh: {{hostfile: {hosts_env['MXBATCH_TEST_HOSTFILE']}}}\n")
     job = hosts_cli.submit(spec, "-b", "ssh")
-    run = hosts_cli.home / "runs" / job
+    run = hosts_cli.run_dir(job)
     wait_for(lambda: all(r.get("state") == "RUNNING" for r in records(run).values())
              and len(records(run)) == 5, 90, "every task running")
     victim = task_record(run, "worker", 0)  # task 2: the third host, mxbh3
