@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mxbatch.backends.batch.common import role_groups
+from mxbatch.backends.batch.jobscript import role_groups
 from mxbatch.jobs import submit as jobs
 from mxbatch.spec import parse as specs
 from mxbatch.spec import plan as planning

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mxbatch.backends import records as job_records
-from mxbatch.backends.batch.common import parse_job_id
+from mxbatch.backends.batch.jobscript import parse_job_id
 from mxbatch.backends.batch.slurm import (
     SBATCH_JOB_ID,
     SlurmBackend,

@@ -50,19 +50,21 @@ from ..hosts import placement
 from ..status import NativeState
 from . import drmaa as drmaa_glue
 from .common import (
-    RUN_DIR_SOURCE,
     BatchBackend,
     BatchRequest,
-    Directive,
     Inside,
     NativeView,
-    RoleGroup,
-    Unrepresentable,
     attempt_variables,
     inside_help,
+    parse_task_ranges,
+)
+from .jobscript import (
+    RUN_DIR_SOURCE,
+    Directive,
+    RoleGroup,
+    Unrepresentable,
     job_name,
     native_directives,
-    parse_task_ranges,
     relative_to_run_dir,
     role_groups,
 )

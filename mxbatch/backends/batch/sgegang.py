@@ -26,10 +26,9 @@ from ...spec.plan import JobPlan
 from ...spec.units import format_duration
 from ..base import Rollback
 from ..status import NativeState
-from .common import (
-    BatchRequest,
+from .common import BatchRequest, NativeView
+from .jobscript import (
     Directive,
-    NativeView,
     directive_lines,
     job_id_export,
     native_directives,

@@ -51,17 +51,19 @@ from ..hosts import placement
 from ..status import NativeState
 from . import drmaa as drmaa_glue
 from .common import (
-    RUN_DIR_SOURCE,
     BatchBackend,
     BatchRequest,
-    Directive,
     Inside,
     NativeView,
+    attempt_variables,
+    inside_help,
+)
+from .jobscript import (
+    RUN_DIR_SOURCE,
+    Directive,
     RoleGroup,
     Unrepresentable,
-    attempt_variables,
     directive_lines,
-    inside_help,
     job_id_export,
     job_name,
     native_directives,
