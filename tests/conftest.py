@@ -130,6 +130,19 @@ class Cli:
             return Path(json.loads(record.read_text())["run_dir"])
         return self.home / "runs" / job
 
+    def handle(self, job: str, timeout: float = 60) -> dict:
+        """The native handle in ``job``'s record, once the submission wrote it: the record
+        is saved first as ``submitting``, with no handle, before anything is launched."""
+        path = self.home / "jobs" / f"{job}.json"
+
+        def read() -> Optional[dict]:
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                return None
+            return None if record.get("submitting") else (record.get("handle") or None)
+        return wait_for(read, timeout, f"the native handle in the record of {job}")
+
     def run_dirs(self) -> List[Path]:
         runs = self.home / "runs"
         return sorted(runs.iterdir()) if runs.is_dir() else []

@@ -6,7 +6,6 @@ both real clusters; the decision itself is unit-tested in test_backend_environme
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 from typing import Dict
@@ -36,7 +35,7 @@ def both(home) -> Cli:
 
 def _submitter_of(cli: Cli, job: str) -> str:
     """The submitter the job's record says it went through."""
-    return json.loads((cli.home / "jobs" / f"{job}.json").read_text())["handle"]["submitter"]
+    return cli.handle(job)["submitter"]
 
 
 @pytest.mark.parametrize("backend, submitter, queued", [

@@ -6,7 +6,6 @@ test_broken_storage.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -26,8 +25,7 @@ BACKENDS = [pytest.param("ssh", marks=pytest.mark.ssh),
 
 def _controller_pid(cli, job: str) -> int:
     """The controller's pid, as the job's record keeps it."""
-    return int(json.loads((cli.home / "jobs" / f"{job}.json").read_text())
-               ["handle"]["controller_pid"])
+    return int(cli.handle(job)["controller_pid"])
 
 
 @pytest.mark.ssh

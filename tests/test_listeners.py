@@ -96,3 +96,19 @@ def test_a_port_left_in_time_wait_looks_free_and_a_listened_one_does_not():
     assert net.port_is_free("", time_wait_port())
     with _listener("") as sock:
         assert not net.port_is_free("", sock.getsockname()[1])
+
+
+def test_member_ports_grow_with_the_rank_and_differ_between_jobs_of_one_shape():
+    """Each member's port lies in its own window (so ps-lite's port order is mxbatch's
+    rank order); two jobs of the same shape start their looks at different offsets, so
+    that they do not race for the same first port."""
+    def ports(job_id: str):
+        return [net.member_port(9000, 9999, index, 5, "127.0.0.1", job_id=job_id)
+                for index in range(5)]
+
+    first, second = ports("train-0a1b2c3d"), ports("train-4e5f6a7b")
+    for chosen in (first, second):
+        assert all(p is not None for p in chosen)
+        assert [(p - 9000) // 200 for p in chosen] == [0, 1, 2, 3, 4], chosen
+    assert first == ports("train-0a1b2c3d")  # the same job: the same ports (attempts)
+    assert first != second

@@ -213,7 +213,7 @@ def test_preemption_of_the_job_manager_relaunches(cli, tmp_path):
     wait_for(lambda: (run / "tasks" / "worker-1.json").is_file() and json.loads(
         (run / "tasks" / "worker-1.json").read_text()).get("reached_at"), 60,
         "worker[1] to reach the scheduler")
-    manager = json.loads((cli.home / "jobs" / f"{job}.json").read_text())["handle"]
+    manager = cli.handle(job)
     os.kill(manager["manager_pid"], signal.SIGTERM)
     result = cli.run("wait", job, "--timeout", "120")
     assert result.returncode == 0, result.stderr

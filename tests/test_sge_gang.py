@@ -5,7 +5,6 @@ deadline fails it naming it; bad input exits 2."""
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
@@ -42,9 +41,9 @@ def test_a_gang_job_without_its_slots_stays_queued_and_the_deadline_names_it(sge
     proc = sge.popen("submit", "--backend", "sge", "--wait", str(spec))
     job = wait_for(lambda: next(iter(sge.run_dirs()), None), 60, "the run directory").name
     wait_for(lambda: sge_queued(sge, job), 60, "the gang job in the queue")
-    record = json.loads((sge.home / "jobs" / f"{job}.json").read_text())
-    numbers = set(record["handle"]["job_ids"].values())
-    assert len(numbers) == 1, record  # one job for all 4 tasks
+    handle = sge.handle(job)
+    numbers = set(handle["job_ids"].values())
+    assert len(numbers) == 1, handle  # one job for all 4 tasks
     number = numbers.pop()
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == 1, err

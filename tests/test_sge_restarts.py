@@ -45,7 +45,7 @@ def test_a_rescheduled_job_relaunches_and_finishes(sge, tmp_path, submitter):
     wait_for(lambda: len(records(run)) == 4 and all(r.get("state") == "RUNNING"
                                                    for r in records(run).values()),
              180, "every task running")
-    first = json.loads((sge.home / "jobs" / f"{job}.json").read_text())["handle"]["job_ids"]
+    first = sge.handle(job)["job_ids"]
     subprocess.run(["qmod", "-f", "-rj", first["worker"]], check=True, env=sge.env,
                    capture_output=True)
     wait_for(lambda: len(sge.status(job)["attempts"]) == 2, 240, "attempt 1")
@@ -76,7 +76,7 @@ def test_cancel_of_a_driven_job_between_attempts(sge, tmp_path):
     wait_for(lambda: len(records(run)) == 4 and all(r.get("state") == "RUNNING"
                                                    for r in records(run).values()),
              180, "every task running")
-    first = json.loads((sge.home / "jobs" / f"{job}.json").read_text())["handle"]["job_ids"]
+    first = sge.handle(job)["job_ids"]
     subprocess.run(["qmod", "-f", "-rj", first["worker"]], check=True, env=sge.env,
                    capture_output=True)
     status = wait_for(lambda: (lambda s: s if "attempt 1 starts in" in s["reason"] else None)(

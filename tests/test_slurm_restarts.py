@@ -160,7 +160,7 @@ def test_node_failure_relaunches_without_the_node(slurm, tmp_path):
 def test_walltime_signal_checkpoints_and_relaunches(slurm, tmp_path):
     spec = resume_spec(tmp_path, "slurm-walltime")
     job, run = start_training(slurm, spec)
-    workers = json.loads((slurm.home / "jobs" / f"{job}.json").read_text())["handle"]
+    workers = slurm.handle(job)
     array = workers["job_ids"]["worker"]
     fault_at = time.time()
     subprocess.run(["scancel", "--signal=USR1", "--batch", array], check=True, env=slurm.env)

@@ -7,7 +7,6 @@ test_host_backends.py.)"""
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import signal
@@ -48,8 +47,7 @@ def test_killed_sshd_of_a_host_ends_the_job_within_15s(hosts_cli, hosts_env, tmp
 
 def test_killed_controller_leaves_nothing_on_any_host(hosts_cli, hosts_env, tmp_path):
     job, _ = start_long_job(hosts_cli, hosts_env, tmp_path, "ssh", "ctlkill")
-    record = json.loads((hosts_cli.home / "jobs" / f"{job}.json").read_text())
-    os.kill(record["handle"]["controller_pid"], signal.SIGKILL)
+    os.kill(hosts_cli.handle(job)["controller_pid"], signal.SIGKILL)
     assert_clean(job)  # within 15 s: every agent lost its session, stopped its roles
     status = wait_for(lambda: hosts_cli.status(job), 10, "the status")
     assert status["state"] == "FAILED" and "lost" in status["reason"]

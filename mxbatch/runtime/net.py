@@ -11,6 +11,7 @@ import fcntl
 import random
 import socket
 import struct
+import zlib
 from typing import Iterator, List, Optional
 
 _SIOCGIFADDR = 0x8915
@@ -111,16 +112,28 @@ def candidate_ports(low: int, high: int, bind_ip: str = "") -> Iterator[int]:
 
 
 def member_port(low: int, high: int, index: int, tasks: int, bind_ip: str,
-                avoid: int = 0) -> Optional[int]:
-    """The port for task ``index`` (of ``tasks``) to bind as a server or worker: the first
-    free one of its own window of ``low..high`` (the range split evenly, in task order),
-    so that members on one host listen on ports that grow with their task index: ps-lite
+                avoid: int = 0, job_id: str = "") -> Optional[int]:
+    """The port for task ``index`` (of ``tasks``) to bind as a server or worker: a free
+    one of its own window of ``low..high`` (the range split evenly, in task order), so
+    that members on one host listen on ports that grow with their task index: ps-lite
     ranks the nodes of one host by port, and ``kv.rank`` then equals mxbatch's rank.
-    None when its window is empty or taken (ps-lite picks a port itself then);
-    ``avoid``: the scheduler's port."""
+    The look starts at an offset into the window that ``job_id`` decides (the same for
+    every member of a job, stable across its attempts) and wraps around: two jobs of the
+    same shape on one host would otherwise probe the same first ports at the same time,
+    and the one whose bind came second would leave ps-lite to pick a random port, out of
+    rank order. None when its window is empty or taken (ps-lite picks a port itself
+    then); ``avoid``: the scheduler's port."""
     width = (high - low + 1) // max(1, tasks)
     if width < 1:
         return None
+    start = low + index * width
+    width = min(width, high + 1 - start)
+    offset = zlib.crc32(job_id.encode("utf-8", "surrogateescape")) % width if job_id else 0
+    for step in range(width):
+        port = start + (offset + step) % width
+        if port != avoid and port_is_free(bind_ip, port):
+            return port
+    return None
     start = low + index * width
     for port in range(start, min(start + width, high + 1)):
         if port != avoid and port_is_free(bind_ip, port):

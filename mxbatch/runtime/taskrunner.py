@@ -407,7 +407,8 @@ class TaskRunner:
         port = None
         if self.container is None:  # (a container gets the rendezvous variables only)
             port = net.member_port(self.plan.port_low, self.plan.port_high, self.task.index,
-                                   len(self.plan.tasks), my_ip, avoid=info.port)
+                                   len(self.plan.tasks), my_ip, avoid=info.port,
+                                   job_id=self.plan.job_id)
         if port is not None:
             env[wire.PS_NODE_PORT] = str(port)
         self.record.address = "%s:%d" % (my_ip, port) if port is not None else ""
