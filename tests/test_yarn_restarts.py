@@ -20,12 +20,15 @@ from pathlib import Path
 
 import pytest
 
+from mxbatch.backends.records import JobRecord
 from mxbatch.backends.yarn import appspec as yarn_spec
 from mxbatch.backends.yarn.app import AppReport, abort_from_report, container_end
-from mxbatch.backends.yarn.backend import usable_nodes
+from mxbatch.backends.yarn.backend import YarnHandle, usable_nodes
 from mxbatch.backends.yarn.exits import ContainerExitStatus, container_exit, exit_status_in
 from mxbatch.backends.yarn.logs import ContainerInfo
 from mxbatch.backends.yarn.states import AppState, FinalStatus
+from mxbatch.runtime.attempts import AttemptEnd, AttemptRecord, AttemptsRecord, write_attempts
+from mxbatch.runtime.layout import RunLayout
 from mxbatch.runtime.roles import Role
 from mxbatch.runtime.states import EndReason
 from mxbatch.spec import plan as planning
@@ -90,6 +93,44 @@ def test_a_preempted_or_lost_container_ends_the_attempt_with_its_reason():
     assert abort.end_reason is EndReason.NODE_FAILURE and abort.hosts == ["node2"]
     plain = abort_from_report(report, {(WORKER, 0): ContainerInfo("c0", "node1:8042")})
     assert plain.end_reason is EndReason.FAILURE and "Failure in service worker" in plain.reason
+
+
+def test_a_later_attempt_is_read_from_its_own_files_and_preemption_wins(home, tmp_path):
+    """Attempt 1's application ended, YARN having preempted a container: status reads
+    that attempt's mirrored report and containers (attempts/1/yarn/), shows both
+    attempts, and the supervisors' SIGTERM failure becomes the preemption."""
+    backend, plan = golden(tmp_path, RESTARTS_SPEC.replace("/shared/runs", str(tmp_path / "r")))
+    layout = RunLayout(plan.run.run_dir)
+    Path(layout.attempt(1).attempt_backend_file(yarn_spec.STATE_DIR, "x")).parent.mkdir(
+        parents=True)
+    Path(layout.plan).write_text(plan.run.to_json())
+    Path(layout.attempt(1).attempt_backend_file(yarn_spec.STATE_DIR, "report.json")).write_text(
+        json.dumps({"state": "FINISHED", "final_status": "FAILED",
+                    "diagnostics": "Failure in service worker, see logs for details"}))
+    Path(layout.attempt(1).attempt_backend_file(yarn_spec.STATE_DIR, "containers.json")
+         ).write_text(json.dumps({"worker-1": {
+             "container_id": "container_1_0002_01_000005", "node_http": "node4:8042",
+             "state": "FAILED", "exit_message": "Container preempted by scheduler"}}))
+    first = AttemptRecord(index=0, started_at=1.0, native={"app_id": "application_1_0001"})
+    first.end_with(AttemptEnd(EndReason.FAILURE, "worker[0] was killed by SIGKILL"))
+    second = AttemptRecord(index=1, started_at=2.0, restart_reason=EndReason.FAILURE,
+                           native={"app_id": "application_1_0002"})
+    write_attempts(layout.attempts_record,
+                   AttemptsRecord(job_id=plan.job_id, max_restarts=2, attempts=[first, second]))
+    record = JobRecord(job_id=plan.job_id, backend="yarn", run_dir=layout.root,
+                       handle=YarnHandle(app_id="application_1_0001").to_dict())
+    job = backend._job(record, 1)
+    assert job.app_id == "application_1_0002" and backend._job(record).app_id == job.app_id
+    job.driver = lambda: pytest.fail("the driver was asked")
+    end = backend.native_end(record, YarnHandle(app_id="application_1_0002"), plan.run,
+                             AttemptEnd(EndReason.FAILURE, "supervisor received SIGTERM"))
+    assert end.reason is EndReason.PREEMPTED and (end.role, end.rank) == ("worker", 1)
+    status = backend.status(record)
+    assert status.attempt == 1 and [a.native["app_id"] for a in status.attempts] == [
+        "application_1_0001", "application_1_0002"]
+    assert "Container preempted by scheduler" in status.reason
+    assert Path(layout.attempt(1).abort).is_file()  # mirrored into attempt 1's files
+    assert not Path(layout.abort).is_file() or "preempted" not in Path(layout.abort).read_text()
 
 
 # ------------------------------------------------------------------ relaunched specifications

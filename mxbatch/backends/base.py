@@ -387,6 +387,12 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         limit), or None when it knows nothing more."""
         return None
 
+    def native_end(self, record: JobRecord, handle: HandleT, run: RunPlan, end: Any) -> Any:
+        """How an attempt ended (``end``, an ``attempts.AttemptEnd`` from its records),
+        corrected by what the cluster says of it: a failure the supervisors saw (a
+        SIGTERM) that the cluster knows as a preemption or a lost node. Default: ``end``."""
+        return end
+
     def attach(self, request: RequestT) -> Optional[RequestT]:
         """The request for supervising the job in this process (``supervise_here``),
         for an attached ``submit --wait``/``launch``; None when this backend cannot."""

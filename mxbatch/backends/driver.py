@@ -109,7 +109,7 @@ class Driver:
                                   f"{ctx.index}: {exc.message}".replace("\n", " "))
         self.loop.set_native(handle.to_dict())
         try:
-            return self.watch(ctx)
+            return self.backend.native_end(self.record, handle, self.plan, self.watch(ctx))
         finally:
             self.backend.remove(self.record, handle, self.plan)
 

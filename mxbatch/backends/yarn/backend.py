@@ -35,7 +35,7 @@ from ...runtime.layout import RunLayout, task_log_name
 from ...runtime.planfile import RunPlan
 from ...runtime.rendezvous import FileRendezvous, Rendezvous
 from ...runtime.roles import Role
-from ...runtime.states import AbortRecord, TaskRecord, TaskState
+from ...runtime.states import AbortRecord, EndReason, TaskRecord, TaskState
 from ...spec.plan import JobPlan
 from ...spec.schema import ContainerRuntime
 from ...spec.typed import to_data
@@ -55,7 +55,7 @@ from ..hosts.hostfile import spec_dir
 from ..records import JobRecord
 from ..status import JobState, JobStatus, NativeState, TaskKey, merge, with_attempts
 from . import appspec, client, pyenv, rest
-from .app import YarnJob, abort_from_report, container_end
+from .app import YarnJob, abort_from_report, container_end, taken_container
 from .appspec import YarnOptions
 from .logs import ContainerInfo, LogFollower, fetch
 from .states import AppState, ContainerState, FinalStatus
@@ -297,6 +297,20 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
             if end is not None:
                 return end
         return None
+
+    def native_end(self, record: JobRecord, handle: YarnHandle, run: RunPlan,
+                   end: AttemptEnd) -> AttemptEnd:
+        """A failure of an attempt one of whose containers YARN preempted or lost with
+        its node (as last seen from its application master) is that preemption or
+        node failure: the supervisors only saw a SIGTERM, or their peer vanish."""
+        if end.reason is not EndReason.FAILURE:
+            return end
+        taken = taken_container(self._job_of(record, handle).containers())
+        if taken is None:
+            return end
+        return AttemptEnd(taken.end_reason, detail=taken.reason,
+                          role=taken.role.value if taken.role else None, rank=taken.rank,
+                          hosts=tuple(taken.hosts))
 
     # ------------------------------------------------------------------ watching
     def _job(self, record: JobRecord, attempt: Optional[int] = None) -> YarnJob:
