@@ -48,6 +48,7 @@ RESTARTS_SPEC = SPEC + "restarts: {max: 2}\n"
     (-100, "Container released on a *lost* node", EndReason.NODE_FAILURE),
     (None, "Container released on a *lost* node", EndReason.NODE_FAILURE),
     (-101, "", EndReason.NODE_FAILURE),
+    (-100, "Container released by application", EndReason.FAILURE),
     (137, "", EndReason.FAILURE),
     (None, "Container killed on request. Exit code is 137\nContainer exited with a "
            "non-zero exit code 137. ", EndReason.FAILURE),
@@ -56,8 +57,8 @@ RESTARTS_SPEC = SPEC + "restarts: {max: 2}\n"
     (-104, "Container is running beyond physical memory limits.", EndReason.FAILURE),
     (1, "Exception from container-launch.\nExit code: 1", EndReason.FAILURE),
 ], ids=["preempted", "preempted-words", "aborted-lost-node", "lost-node-words",
-        "disks-failed", "sigkill-137", "killed-words", "killed-by-am", "killed-by-rm",
-        "pmem", "exit-1"])
+        "disks-failed", "aborted-released", "sigkill-137", "killed-words", "killed-by-am",
+        "killed-by-rm", "pmem", "exit-1"])
 def test_container_exit_statuses_are_end_reasons(status, diagnostics, reason):
     ended = container_exit(status, diagnostics)
     assert ended is not None and ended.reason is reason, ended
@@ -244,9 +245,10 @@ def test_a_killed_worker_relaunches_as_a_new_application(yarn, tmp_path):
     try:
         worker = running_with_worker_reached(yarn, job)
         os.kill(worker["pid"], signal.SIGKILL)  # the role in its container, for real
-        status = wait_for(lambda: (lambda s: s if len(s["attempts"]) == 2
-                                   and s["attempts"][1]["native"] else None)(yarn.status(job)),
-                          180, "attempt 1 submitted", interval=1)
+        # attempt 1's workers tick until the test lets them end (their log shows it)
+        wait_for(lambda: (lambda s: s["attempt"] == 1 and s["attempts"][1]["native"] and all(
+            t["state"] == "RUNNING" for t in s["tasks"]))(yarn.status(job)),
+                 180, "attempt 1 running", interval=1)
         (tmp_path / "end").touch()
         result = yarn.run("wait", job, "--timeout", "180", timeout=210)
         assert result.returncode == 0, result.stderr

@@ -10,9 +10,10 @@ ResourceManager's fixed sentences (``SchedulerUtils.PREEMPTED_CONTAINER``,
 (``Exit code: 137``, ``exited with a non-zero exit code 143``).
 
 - **preempted**: ``PREEMPTED`` (-102), "Container preempted by scheduler";
-- **node_failure**: ``ABORTED`` (-100) with the container released on a lost node,
-  "Container released on a *lost* node", and ``DISKS_FAILED`` (-101: the node's disks
-  went bad under it);
+- **node_failure**: the container released on a lost node ("Container released on a
+  *lost* node", with ``ABORTED``, -100; an ``ABORTED`` container released for another
+  reason, "Container released by application", is a failure), and ``DISKS_FAILED``
+  (-101: the node's disks went bad under it);
 - **failure**: anything else that is not a success: a killed container (137, 143,
   ``KILLED_BY_APPMASTER`` -105, ``KILLED_BY_RESOURCEMANAGER`` -106, the memory limits
   -103/-104...), a non-zero exit.
@@ -76,8 +77,9 @@ def container_exit(exit_status: Optional[int], diagnostics: str = "") -> Optiona
     first = text.splitlines()[0].strip() if text else ""
     if status == ContainerExitStatus.PREEMPTED or PREEMPTED_WORDS.lower() in text.lower():
         return ContainerExit(EndReason.PREEMPTED, first or "preempted (exit status -102)")
-    if LOST_NODE_WORDS.lower() in text.lower() or status in (
-            ContainerExitStatus.ABORTED, ContainerExitStatus.DISKS_FAILED):
+    lost = LOST_NODE_WORDS.lower() in text.lower()
+    if lost or status == ContainerExitStatus.DISKS_FAILED or (
+            status == ContainerExitStatus.ABORTED and not text):
         return ContainerExit(EndReason.NODE_FAILURE,
                              first or f"{_name(status)} (exit status {status})")
     if status == ContainerExitStatus.SUCCESS or (status is None and not text):
