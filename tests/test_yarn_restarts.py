@@ -7,7 +7,8 @@ failures), the container script's per-attempt log link, the abort record of an
 application YARN ended by taking a container. On the real test cluster
 (ci/clusters/yarn-up.sh) with stand-in roles (tests/fakerole.py): a worker killed at
 attempt 0 relaunches the job as a new application that finishes, and a cancel during
-the backoff between two attempts ends the job with nothing left."""
+the backoff between two attempts ends the job with nothing left; and one real MXNet job
+(examples/resume-ps.yaml) that resumes from its checkpoint on a new application."""
 
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ from mxbatch.runtime.states import EndReason
 from mxbatch.spec import plan as planning
 
 from .conftest import FAKEROLE, Cli, assert_no_processes, task_record, wait_for
+from .test_mxnet_restarts import last_step
 from .yarngolden import SPEC, WORKER, golden
-from .yarnjobs import ENDED, rm_app
+from .yarnjobs import ENDED, live_containers, rm_app
 
 RESTARTS_SPEC = SPEC + "restarts: {max: 2}\n"
 
@@ -229,11 +231,13 @@ def app_ids(status: dict) -> list:
 
 
 def assert_nothing_left(cli: Cli, job: str, apps: list) -> None:
-    """No application of the job is RUNNING or ACCEPTED any more, and no process of it
-    runs here."""
+    """No application of the job is RUNNING or ACCEPTED any more, no NodeManager runs a
+    container of them, and no process of the job runs here."""
     for app in apps:
         wait_for(lambda app=app: rm_app(cli, app)["state"] in ENDED, 60, f"{app} to end",
                  interval=0.5)
+        wait_for(lambda app=app: not live_containers(cli, app), 60,
+                 f"the containers of {app} to end", interval=0.5)
     assert_no_processes(job, timeout=30)
 
 
@@ -300,5 +304,49 @@ def test_cancel_during_the_backoff_ends_the_job(yarn, tmp_path):
         assert yarn.status(job)["state"] == "CANCELLED"
         wait_for(lambda: not os.path.exists(f"/proc/{driver}"), 30, "the driver to end")
         assert_nothing_left(yarn, job, app_ids(yarn.status(job)))
+    finally:
+        yarn.run("cancel", job)
+
+
+@pytest.mark.yarn
+@pytest.mark.mxnet
+def test_a_real_mxnet_job_resumes_on_a_new_application(yarn, tmp_path):
+    """examples/resume-ps.yaml on YARN (in place, 1G containers, ps-lite on loopback, 2
+    epochs): worker[0] SIGKILLed in epoch 1 of attempt 0; attempt 1, a new application, resumes
+    from the checkpoint and every epoch's updates are applied exactly once."""
+    from .test_mxnet_restarts import BATCHES, assert_every_epoch_once, copy_resume_example
+
+    workdir = tmp_path / "resume"
+    spec = copy_resume_example(workdir, lambda text: text.replace("memory: 4G", "memory: 1G")
+                               .replace("grace: 10s", "grace: 2s")
+                               + "network: {interface: lo}\n"
+                               "backends:\n  yarn: {ship_workdir: false}\n")
+    # 0.1 s a step: epoch 1 lasts longer than the logs take to say it began (NodeManager)
+    job = yarn.submit(spec, "--backend", "yarn", env={"EPOCHS": "2", "STEP_SLEEP": "0.1"})
+    try:
+        def worker_log(attempt: str = "0") -> str:
+            return yarn.run("logs", job, "--role", "worker", "--rank", "0",
+                            "--attempt", attempt).stdout
+
+        wait_for(lambda: "checkpoint saved" in worker_log(), 300,
+                 "the first epoch's checkpoint", interval=1)
+        wait_for(lambda: last_step(worker_log()) >= BATCHES + 10, 120, "steps into epoch 1",
+                 interval=1)
+        yarn.status(job)  # mirrors the task records
+        os.kill(task_record(yarn.run_dir(job), "worker", 0)["pid"], signal.SIGKILL)
+        result = yarn.run("wait", job, "--timeout", "400", timeout=420)
+        assert result.returncode == 0, result.stderr
+        status = yarn.status(job)
+        assert status["state"] == "SUCCEEDED" and status["attempt"] == 1
+        assert [a["reason"] for a in status["attempts"]] == ["failure", "succeeded"]
+        assert "killed by SIGKILL" in status["attempts"][0]["detail"]
+        final = assert_every_epoch_once(workdir, 2)
+        assert final["resumed"][0]["attempt"] == 1 and final["resumed"][0]["steps"] == BATCHES
+        resumed = worker_log("1")
+        assert "attempt=1 restart_reason=failure" in resumed
+        assert f"resumed from the checkpoint: epoch 1 batch 0 ({BATCHES} steps)" in resumed
+        first, second = app_ids(status)
+        assert first != second and rm_app(yarn, second)["finalStatus"] == "SUCCEEDED"
+        assert_nothing_left(yarn, job, [first, second])
     finally:
         yarn.run("cancel", job)
