@@ -6,8 +6,10 @@ The key-value store lives in skein's application master and ends with the
 application, so the CLI reads it through a ``MirroredRendezvous``: what it sees
 is also written into the run directory (the file layout of ``FileRendezvous``),
 which answers alone once the application has ended. The final application
-report is kept in ``yarn/report.json`` and the containers (for logs) in
-``yarn/containers.json``, so a finished job needs no cluster at all.
+report is kept in ``yarn/report.json`` and the containers (for logs, and how each
+ended: ``exits``) in ``yarn/containers.json``, so a finished job needs no cluster at
+all. With restarts every attempt is an application of its own, with its own
+``YarnJob``: attempt k's files are in ``attempts/<k>/`` (``RunLayout.attempt``).
 
 No skein driver (a Java process, seconds to start) is needed after submission
 when the ResourceManager's REST API answers (``rest``): the report and the kill
