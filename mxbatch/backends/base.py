@@ -185,6 +185,15 @@ def attempts_of(record: JobRecord) -> Optional[AttemptsRecord]:
     return read_attempts(record.layout.attempts_record)
 
 
+def driver_alive(attempts: Optional[AttemptsRecord]) -> bool:
+    """Whether the process that drives the job's attempts still runs, as far as this
+    host can tell (one on another host, or none recorded: taken as alive)."""
+    if attempts is None or attempts.driver_pid is None \
+            or attempts.driver_host != socket.gethostname():
+        return True
+    return procs.Process(attempts.driver_pid, attempts.driver_started).alive()
+
+
 def current_attempt(record: JobRecord) -> int:
     """The index of the job's current attempt (0 without an attempts record)."""
     attempts = attempts_of(record)
@@ -245,6 +254,18 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         if attempts is not None and attempts.current.native:
             return self.handle_class.from_dict(attempts.current.native)
         return self.handle_class.from_dict(record.handle)
+
+    def attempt_handle(self, record: JobRecord, index: int) -> Optional[HandleT]:
+        """The native ids of attempt ``index`` (attempt 0: the submission's); None for
+        an attempt not submitted yet, or one the job does not have."""
+        attempts = attempts_of(record)
+        known = [a for a in (attempts.attempts if attempts is not None else [])
+                 if a.index == index]
+        if known and known[0].native:
+            return self.handle_class.from_dict(known[0].native)
+        if index == 0 and record.handle:
+            return self.handle_class.from_dict(record.handle)
+        return None
 
     def attempt_handles(self, record: JobRecord) -> List[HandleT]:
         """The native ids of every attempt of the job, the first's first (cancel makes
@@ -366,6 +387,12 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         limit), or None when it knows nothing more."""
         return None
 
+    def native_end(self, record: JobRecord, handle: HandleT, run: RunPlan, end: Any) -> Any:
+        """How an attempt ended (``end``, an ``attempts.AttemptEnd`` from its records),
+        corrected by what the cluster says of it: a failure the supervisors saw (a
+        SIGTERM) that the cluster knows as a preemption or a lost node. Default: ``end``."""
+        return end
+
     def attach(self, request: RequestT) -> Optional[RequestT]:
         """The request for supervising the job in this process (``supervise_here``),
         for an attached ``submit --wait``/``launch``; None when this backend cannot."""
@@ -384,8 +411,14 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
 
     def rendezvous(self, record: JobRecord) -> Rendezvous:
         """The shared state (task records, abort) of the job's current attempt as the CLI
-        reads and writes it: by default the files of the run directory."""
-        return FileRendezvous(record.run_dir, current_attempt(record))
+        reads and writes it (``attempt_rendezvous`` of the current attempt)."""
+        return self.attempt_rendezvous(record, current_attempt(record))
+
+    def attempt_rendezvous(self, record: JobRecord, index: int) -> Rendezvous:
+        """The shared state of attempt ``index`` of the job (the driver of its attempts
+        watches and aborts each through this): by default that attempt's files in the
+        run directory; YARN: the key-value store of the attempt's application."""
+        return FileRendezvous(record.run_dir, index)
 
     # ------------------------------------------------------------------ cancelling
     def await_stopped(self, record: JobRecord, handle: HandleT,

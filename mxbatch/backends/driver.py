@@ -1,10 +1,12 @@
-"""The driver of a batch (SGE, Slurm) job's attempts: a small process on the submit host.
+"""The driver of a batch (SGE, Slurm) or YARN job's attempts: a small process on the
+submit host.
 
-A restart of a ps-lite job is a whole-job relaunch, and on a batch system that is a new
-native submission of every role's array. Somebody must notice that an attempt ended,
-decide, and submit the next one, also when nobody follows the job: the attached CLI's
-``--wait`` may be gone. ``submit`` starts this driver (``Backend.started``) when the job
-has restarts on; without them nothing changes: no driver, no extra process.
+A restart of a ps-lite job is a whole-job relaunch: on a batch system a new native
+submission of every role's array, on YARN a new skein application (same job id and run
+directory). Somebody must notice that an attempt ended, decide, and submit the next
+one, also when nobody follows the job: the attached CLI's ``--wait`` may be gone.
+``submit`` starts this driver (``Backend.started``) when the job has restarts on;
+without them nothing changes: no driver, no extra process.
 
 Why a process on the submit host, not task 0's agent in the job, nor the job scripts'
 own requeue: the scheduler's supervisor is the first thing a node failure or a
@@ -18,12 +20,15 @@ if the driver dies, the current attempt goes on to its end and no attempt follow
 The driver runs ``jobloop.AttemptLoop``; per attempt it:
 
 - submits it (attempt 0 was submitted by ``submit``; a later one through
-  ``Backend.relaunch``: the saved submit commands with the attempt's options: its
-  variables, output files, the excluded hosts), records its native ids at once;
+  ``Backend.relaunch``: the saved submit commands, or skein specification, with the
+  attempt's options: its variables, output files, the excluded hosts), records its
+  native ids at once;
 - watches it every ``poll_interval_s`` through the backend's ``status`` of that
-  attempt, and ends it when no supervisor is there to: the start-up deadline, tasks
-  whose supervisors vanished (what the scheduler says of them: a node failure names
-  the node, ``Backend.lost_end``), the job's cancel record;
+  attempt and its shared state (``Backend.attempt_rendezvous``: the attempt's files,
+  or on YARN the key-value store of its application), and ends it when no
+  supervisor is there to: the start-up deadline, tasks whose supervisors vanished
+  (what the scheduler says of them: a node failure names the node, a preemption,
+  ``Backend.lost_end``), the job's cancel record;
 - once the attempt is over, removes whatever of it is left queued or running
   (``Backend.remove``), so that nothing of an old attempt outlives it.
 
@@ -50,7 +55,7 @@ from ..runtime.jobloop import (
     prepare_files,
 )
 from ..runtime.planfile import RunPlan
-from ..runtime.rendezvous import FileRendezvous
+from ..runtime.rendezvous import Rendezvous
 from ..runtime.roles import Role
 from ..runtime.states import AbortKind, AbortRecord, EndReason, TaskState
 from ..runtime.watch import missing_at_deadline, startup_abort
@@ -104,14 +109,14 @@ class Driver:
                                   f"{ctx.index}: {exc.message}".replace("\n", " "))
         self.loop.set_native(handle.to_dict())
         try:
-            return self.watch(ctx)
+            return self.backend.native_end(self.record, handle, self.plan, self.watch(ctx))
         finally:
             self.backend.remove(self.record, handle, self.plan)
 
     def watch(self, ctx: AttemptContext) -> AttemptEnd:
         """Follow attempt ``ctx`` until it is over (no task active, and its abort record
         written or every worker succeeded); how it ended."""
-        rdv = FileRendezvous(self.record.run_dir, ctx.index)
+        rdv = self.backend.attempt_rendezvous(self.record, ctx.index)
         plan = attempt_plan(self.plan, ctx.started_at, ctx.index)
         while True:
             tasks = self.backend.status(self.record).tasks
@@ -131,7 +136,7 @@ class Driver:
                     return AttemptEnd(EndReason.SUCCEEDED)
             time.sleep(max(1.0, self.backend.poll_interval_s))
 
-    def _enforce(self, plan: RunPlan, rdv: FileRendezvous, tasks: List[TaskStatus]) -> None:
+    def _enforce(self, plan: RunPlan, rdv: Rendezvous, tasks: List[TaskStatus]) -> None:
         """What no supervisor can see: a start-up deadline passed with tasks that never
         started, and tasks whose supervisors vanished (the scheduler says why: a node
         failure, a preemption, its time limit)."""

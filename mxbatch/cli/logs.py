@@ -75,7 +75,8 @@ def logs_command(job_id: str, role: Optional[str], rank: Optional[int], follow: 
         # what the backend says a task's log is (Backend.logs: plugins may add to it)
         for task in tasks:
             prefix = f"{task.label:<{width}} | " if len(tasks) > 1 else ""
-            for line in backend.logs(record, task.role, task.rank):
+            for line in backend.logs(record, task.role, task.rank,
+                                     *([attempt] if attempt else [])):
                 click.echo(prefix + line.rstrip("\n"))
         return
     readers = [backend.log_reader(record, t.role, t.rank, *([attempt] if attempt else []))

@@ -207,5 +207,10 @@ class RunLayout:
     def backend_file(self, backend: str, name: str) -> str:
         return self._path(backend, name)
 
+    def attempt_backend_file(self, backend: str, name: str) -> str:
+        """A backend's own file of this attempt (``yarn/report.json`` for attempt 0,
+        ``attempts/<k>/yarn/report.json`` for a later one)."""
+        return self._attempt_path(backend, name)
+
     #: the directories ``create`` makes (mode 0700)
     SUBDIRS = (TASKS, LOGS, PYHOOK)

@@ -29,7 +29,6 @@ import enum
 import json
 import os
 import re
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -38,7 +37,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from ... import shell
 from ...errors import BackendUnavailable, CommandError, MxbatchError, SubmissionRejected
 from ...quoting import shell_words
-from ...runtime import osbytes, procs, wire
+from ...runtime import osbytes, wire
 from ...runtime.attempts import read_attempts
 from ...runtime.jobloop import AttemptContext
 from ...runtime.layout import RunLayout
@@ -48,7 +47,15 @@ from ...runtime.roles import Role
 from ...runtime.states import TaskState
 from ...spec.plan import JobPlan
 from ...spec.typed import from_data, to_data
-from ..base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
+from ..base import (
+    Backend,
+    Handle,
+    RenderedItem,
+    Request,
+    Rollback,
+    driver_alive,
+    load_run_plan,
+)
 from ..records import JobRecord
 from ..status import JobState, JobStatus, NativeState, TaskKey, merge, with_attempts
 from . import drmaa as drmaa_glue
@@ -411,11 +418,7 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
         status = merge(run, self.name, rdv.read_tasks(run.task_keys()), abort, view.states,
                        view.ids)
         status = self.with_held_tasks(status, view, aborted=abort is not None)
-        alive = True
-        if attempts is not None and attempts.driver_pid is not None \
-                and attempts.driver_host == socket.gethostname():
-            alive = procs.Process(attempts.driver_pid, attempts.driver_started).alive()
-        return with_attempts(status, run, attempts, alive)
+        return with_attempts(status, run, attempts, driver_alive(attempts))
 
     # -- restarts
     def restart_directives(self, run: RunPlan, group: RoleGroup) -> List[Directive]:

@@ -6,8 +6,10 @@ The key-value store lives in skein's application master and ends with the
 application, so the CLI reads it through a ``MirroredRendezvous``: what it sees
 is also written into the run directory (the file layout of ``FileRendezvous``),
 which answers alone once the application has ended. The final application
-report is kept in ``yarn/report.json`` and the containers (for logs) in
-``yarn/containers.json``, so a finished job needs no cluster at all.
+report is kept in ``yarn/report.json`` and the containers (for logs, and how each
+ended: ``exits``) in ``yarn/containers.json``, so a finished job needs no cluster at
+all. With restarts every attempt is an application of its own, with its own
+``YarnJob``: attempt k's files are in ``attempts/<k>/`` (``RunLayout.attempt``).
 
 No skein driver (a Java process, seconds to start) is needed after submission
 when the ResourceManager's REST API answers (``rest``): the report and the kill
@@ -20,9 +22,11 @@ ResourceManager that refuses the REST call) the driver does all of this.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 
+from ...runtime.attempts import AttemptEnd
 from ...runtime.kvrendezvous import KeyValueRendezvous
 from ...runtime.rendezvous import (
     FileRendezvous,
@@ -33,11 +37,12 @@ from ...runtime.rendezvous import (
     read_json,
 )
 from ...runtime.roles import Role
-from ...runtime.states import AbortKind, AbortRecord
+from ...runtime.states import AbortKind, AbortRecord, EndReason
 from ...spec.typed import from_data, to_data
 from ..records import JobRecord
 from . import skeinimport
 from .appspec import STATE_DIR
+from .exits import container_exit
 from .kv import SkeinKvStore, abort_from_diagnostics
 from .logs import ContainerInfo
 from .rest import AppNotFound, RestApp, RestRefused, RmRestClient
@@ -96,9 +101,13 @@ class AppReport:
                                "recovery) or forgotten since it ended")
 
 
-def abort_from_report(report: AppReport) -> Optional[AbortRecord]:
+def abort_from_report(report: AppReport,
+                      containers: Optional[Mapping[TaskKey, ContainerInfo]] = None
+                      ) -> Optional[AbortRecord]:
     """The abort record of an application that did not succeed: the one a supervisor
-    left in the diagnostics, else one made of YARN's own words."""
+    left in the diagnostics, else what YARN says of a container that it preempted or
+    lost with its node (``exits``: the attempt's end reason), else one made of YARN's
+    own words."""
     if not report.finished or report.outcome is FinalStatus.SUCCEEDED:
         return None
     data = abort_from_diagnostics(report.diagnostics)
@@ -107,6 +116,9 @@ def abort_from_report(report: AppReport) -> Optional[AbortRecord]:
             return AbortRecord.from_dict(data)
         except (TypeError, ValueError, KeyError):
             pass
+    taken = taken_container(containers or {})
+    if taken is not None:
+        return taken
     kind = AbortKind.CANCELLED if report.outcome is FinalStatus.KILLED else AbortKind.FAILED
     words = report.diagnostics.strip().splitlines()[0] if report.diagnostics.strip() else ""
     return AbortRecord(kind=kind, by="yarn",
@@ -122,14 +134,16 @@ class YarnJob:
     cannot answer."""
 
     def __init__(self, record: JobRecord, app_id: str, driver: Callable[[], Any],
-                 rest: Optional[RmRestClient] = None) -> None:
+                 rest: Optional[RmRestClient] = None, attempt: int = 0) -> None:
         self.record = record
         self.app_id = app_id
         self.driver = driver
         self.rest = rest
-        self.local = FileRendezvous(record.run_dir)
-        self._report_path = record.layout.backend_file(STATE_DIR, REPORT_FILE)
-        self._containers_path = record.layout.backend_file(STATE_DIR, CONTAINERS_FILE)
+        self.attempt = attempt
+        self.local = FileRendezvous(record.run_dir, attempt)
+        layout = record.layout.attempt(attempt)
+        self._report_path = layout.attempt_backend_file(STATE_DIR, REPORT_FILE)
+        self._containers_path = layout.attempt_backend_file(STATE_DIR, CONTAINERS_FILE)
         self._app: Optional[Any] = None
         self._report: Optional[AppReport] = None
         self._rendezvous: Optional[MirroredRendezvous] = None
@@ -152,7 +166,7 @@ class YarnJob:
         self._report_at = time.monotonic()
         if self._report.finished:
             self._app = None
-            atomic_write_json(self._report_path, to_data(self._report))
+            _save(self._report_path, to_data(self._report))
         return self._report
 
     def wait_finished(self, timeout: float, until: Callable[[], bool] = lambda: False) -> bool:
@@ -245,11 +259,44 @@ class YarnJob:
             result[(Role(container.service_name), container.instance)] = ContainerInfo(
                 container_id=container.yarn_container_id,
                 node_http=container.yarn_node_http_address,
-                state=ContainerState(str(container.state)))
-        atomic_write_json(self._containers_path,
-                          {f"{r.value}-{n}": c.to_dict() for (r, n), c in result.items()})
+                state=ContainerState(str(container.state)),
+                exit_message=getattr(container, "exit_message", "") or "")
+        _save(self._containers_path,
+              {f"{r.value}-{n}": c.to_dict() for (r, n), c in result.items()})
         self._containers, self._containers_at = result, time.monotonic()
         return result
+
+
+def container_end(key: TaskKey, info: ContainerInfo) -> Optional[AttemptEnd]:
+    """How the task ``key`` ended by what YARN says of its container (``exits``); None
+    when its container is not known to have ended abnormally."""
+    ended = container_exit(None, info.exit_message) if info.exit_message else None
+    if ended is None:
+        return None
+    role, rank = key
+    return AttemptEnd(ended.reason, detail=f"{role.value}[{rank}] lost: YARN says "
+                      f"{ended.words} (container {info.container_id} on {info.host})",
+                      role=role.value, rank=rank,
+                      hosts=(info.host,) if ended.reason is EndReason.NODE_FAILURE else ())
+
+
+def taken_container(containers: Mapping[TaskKey, ContainerInfo]) -> Optional[AbortRecord]:
+    """The abort record of an attempt that the cluster ended by taking a container
+    (preempted, or lost with its node), if one was."""
+    for key, info in sorted(containers.items(), key=lambda item: (item[0][0].value,
+                                                                   item[0][1])):
+        end = container_end(key, info)
+        if end is not None and end.reason in (EndReason.PREEMPTED, EndReason.NODE_FAILURE):
+            return AbortRecord(kind=AbortKind.FAILED, by="yarn", reason=end.detail,
+                               end=end.reason, role=key[0], rank=key[1],
+                               hosts=list(end.hosts))
+    return None
+
+
+def _save(path: str, data: Any) -> None:
+    """A mirrored file of the job (its attempt's directory made first)."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    atomic_write_json(path, data)
 
 
 def _task_key(name: str) -> TaskKey:

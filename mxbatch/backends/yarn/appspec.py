@@ -31,6 +31,7 @@ serves them.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import re
@@ -182,7 +183,7 @@ def container_script(run: RunPlan, role: Role, python_env: bool = False) -> str:
         f'{role.value} task(s)" >&2',
         "  exit 2",
         "fi",
-        'ln -sfn "${LOG_DIRS%%,*}" logs',
+        *_logs_link(run),
         f". ./{ENV_FILE}",
         *shipped,
         "status=0",
@@ -195,6 +196,38 @@ def container_script(run: RunPlan, role: Role, python_env: bool = False) -> str:
         "fi",
         'exit "$status"',
     ]) + "\n"
+
+
+def _logs_link(run: RunPlan) -> List[str]:
+    """The lines that link the attempt's ``logs`` to YARN's log directory: ``logs``;
+    with restarts, a relaunched attempt's (``$MXBATCH_ATTEMPT``, set by the relaunch)
+    is ``attempts/<k>/logs``, where its supervisor writes (``RunLayout.attempt``)."""
+    if not run.restarts.enabled:
+        return ['ln -sfn "${LOG_DIRS%%,*}" logs']
+    return ["logs=logs",
+            f'if [ "${{{wire.ATTEMPT}:-0}}" != 0 ]; then',
+            f'  logs="attempts/${wire.ATTEMPT}/logs"',
+            f'  mkdir -p "attempts/${wire.ATTEMPT}/tasks"',
+            "fi",
+            'ln -sfn "${LOG_DIRS%%,*}" "$logs"']
+
+
+def attempt_spec(spec: Mapping[str, Any], index: int, restart_reason: str,
+                 nodes: Optional[List[str]] = None) -> Dict[str, Any]:
+    """The skein specification of attempt ``index`` of a job from its first one (kept
+    in ``yarn/skein.json``): every service's environment says the attempt
+    (``MXBATCH_ATTEMPT``, ``MXBATCH_RESTART_REASON``: the roles see them, and the
+    container script links that attempt's logs); ``nodes``: the NodeManagers its
+    containers may run on (the cluster's less the hosts node failures excluded), with
+    strict locality (``relax_locality: false``); None: anywhere."""
+    data = copy.deepcopy(dict(spec))
+    for service in data["services"].values():
+        service["env"] = {**service.get("env", {}), wire.ATTEMPT: str(index),
+                          wire.RESTART_REASON: restart_reason}
+        if nodes is not None:
+            service["nodes"] = list(nodes)
+            service["relax_locality"] = False
+    return data
 
 
 def _resources(task: TaskInfo) -> Dict[str, int]:

@@ -30,26 +30,40 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ...errors import BackendUnavailable, MxbatchError, SubmissionRejected
 from ...runtime import osbytes
+from ...runtime.attempts import AttemptEnd
 from ...runtime.layout import RunLayout, task_log_name
 from ...runtime.planfile import RunPlan
-from ...runtime.rendezvous import Rendezvous
+from ...runtime.rendezvous import FileRendezvous, Rendezvous
 from ...runtime.roles import Role
-from ...runtime.states import AbortRecord, TaskRecord, TaskState
+from ...runtime.states import AbortRecord, EndReason, TaskRecord, TaskState
 from ...spec.plan import JobPlan
 from ...spec.schema import ContainerRuntime
 from ...spec.typed import to_data
-from ..base import Backend, Handle, LogReader, RenderedItem, Request, Rollback, load_run_plan
+from ..base import (
+    Backend,
+    Handle,
+    LogReader,
+    RenderedItem,
+    Request,
+    Rollback,
+    attempts_of,
+    current_attempt,
+    driver_alive,
+    load_run_plan,
+)
 from ..hosts.hostfile import spec_dir
 from ..records import JobRecord
-from ..status import JobState, JobStatus, NativeState, TaskKey, merge
+from ..status import JobState, JobStatus, NativeState, TaskKey, merge, with_attempts
 from . import appspec, client, pyenv, rest
-from .app import YarnJob, abort_from_report
+from .app import YarnJob, abort_from_report, container_end, taken_container
 from .appspec import YarnOptions
-from .logs import LogFollower, fetch
+from .logs import ContainerInfo, LogFollower, fetch
 from .states import AppState, ContainerState, FinalStatus
 
 #: how long cancel waits for YARN to report a killed application as ended
 KILL_WAIT_S = 30.0
+#: the skein specification of the job's first attempt (``yarn/``), which relaunches reuse
+SPEC_FILE = "skein.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,9 +138,6 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
     # ------------------------------------------------------------------ checks
     def check(self, plan: JobPlan) -> None:
         options = self.options
-        if plan.run.restarts.enabled:
-            raise plan.spec.error(("restarts", "max"), "the YARN backend does not relaunch "
-                                  "jobs yet", "set restarts.max: 0 (see docs/long-jobs.md)")
         if not options.queue.strip():
             raise plan.spec.error(("backends", "yarn", "queue"), "must not be empty")
         if options.rm_url and not options.rm_url.startswith(("http://", "https://")):
@@ -204,7 +215,7 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
         env = target / appspec.ENV_FILE
         env.touch(mode=0o600)
         env.write_bytes(osbytes.encode(request.env_file))  # values as the OS gave them
-        (target / "skein.json").write_text(json.dumps(request.application, indent=1))
+        (target / SPEC_FILE).write_text(json.dumps(request.application, indent=1))
 
     def launch(self, request: YarnRequest, layout: RunLayout, rollback: Rollback) -> YarnHandle:
         if request.python_env is not None:
@@ -246,26 +257,112 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
                                      "check backends.yarn (queue, node_label) and the "
                                      "resources (nothing was left queued)") from None
 
+    # ------------------------------------------------------------------ restarts
+    def started(self, record: JobRecord) -> None:
+        """With restarts on: the driver of the job's attempts (``driver``)."""
+        if load_run_plan(record).restarts.enabled:
+            from .. import driver
+
+            driver.start(record)
+
+    def relaunch(self, record: JobRecord, run: RunPlan, attempt: Any,
+                 rollback: Rollback) -> YarnHandle:
+        """Attempt ``attempt`` as a new application: the first one's skein specification
+        (``yarn/skein.json``) with the attempt's variables, and, when node failures
+        excluded hosts, its containers held to the other running NodeManagers."""
+        saved = json.loads(Path(record.layout.backend_file(appspec.STATE_DIR, SPEC_FILE))
+                           .read_text())
+        driver = client.driver(self.options.connect_timeout)
+        nodes = None
+        if attempt.excluded:
+            nodes = usable_nodes([n.id for n in driver.get_nodes(states=["RUNNING"])],
+                                 attempt.excluded)
+            if not nodes:
+                raise MxbatchError("no running NodeManager is left without the excluded "
+                                   f"hosts ({', '.join(attempt.excluded)})")
+        spec = appspec.attempt_spec(saved, attempt.index, attempt.reason_name, nodes)
+        app_id = self._submit_spec(driver, spec)
+        rollback.push(f"YARN application {app_id}", lambda: driver.kill_application(app_id))
+        first = self.handle_class.from_dict(record.handle)
+        return YarnHandle(app_id=app_id, queue=first.queue, rm_urls=first.rm_urls)
+
+    def lost_end(self, record: JobRecord, handle: YarnHandle, run: RunPlan,
+                 lost: List[Any]) -> Optional[AttemptEnd]:
+        """What YARN says of the containers of lost tasks (``exits``): preempted, lost
+        with their node, or killed."""
+        containers = self._job_of(record, handle).containers()
+        for task in lost:
+            info = containers.get((task.role, task.rank))
+            end = container_end((task.role, task.rank), info) if info is not None else None
+            if end is not None:
+                return end
+        return None
+
+    def native_end(self, record: JobRecord, handle: YarnHandle, run: RunPlan,
+                   end: AttemptEnd) -> AttemptEnd:
+        """A failure of an attempt one of whose containers YARN preempted or lost with
+        its node (as last seen from its application master) is that preemption or
+        node failure: the supervisors only saw a SIGTERM, or their peer vanish."""
+        if end.reason is not EndReason.FAILURE:
+            return end
+        taken = taken_container(self._job_of(record, handle).containers())
+        if taken is None:
+            return end
+        return AttemptEnd(taken.end_reason, detail=taken.reason,
+                          role=taken.role.value if taken.role else None, rank=taken.rank,
+                          hosts=tuple(taken.hosts))
+
     # ------------------------------------------------------------------ watching
-    def _job(self, record: JobRecord) -> YarnJob:
-        job = self._jobs.get(record.job_id)
+    def _job(self, record: JobRecord, attempt: Optional[int] = None) -> YarnJob:
+        """The application of attempt ``attempt`` (default: the current one)."""
+        index = current_attempt(record) if attempt is None else attempt
+        handle = self.attempt_handle(record, index)
+        if handle is None:
+            raise MxbatchError(f"attempt {index} of {record.job_id} has no YARN "
+                               "application (yet)")
+        job = self._jobs.get(handle.app_id)
         if job is None:
-            handle = self.handle_of(record)
             urls = (rest.RmUrls(handle.rm_urls, f"kept in the record of {record.job_id}")
                     if handle.rm_urls else rest.resolve(self.options.rm_url))
             job = YarnJob(record, handle.app_id,
                           lambda: client.driver(self.options.connect_timeout),
                           rest.RmRestClient(urls, self.options.connect_timeout)
-                          if urls is not None else None)
-            self._jobs[record.job_id] = job
+                          if urls is not None else None, attempt=index)
+            self._jobs[handle.app_id] = job
         return job
 
-    def rendezvous(self, record: JobRecord) -> Rendezvous:
-        return self._job(record).rendezvous()
+    def _job_of(self, record: JobRecord, handle: YarnHandle) -> YarnJob:
+        """The ``YarnJob`` of whichever attempt ``handle`` is."""
+        attempts = attempts_of(record)
+        for attempt in attempts.attempts if attempts is not None else []:
+            if attempt.native.get("app_id") == handle.app_id:
+                return self._job(record, attempt.index)
+        return self._job(record, 0)
+
+    def attempt_rendezvous(self, record: JobRecord, index: int) -> Rendezvous:
+        """The key-value store of the attempt's application, mirrored into the attempt's
+        files; those alone before its application is submitted."""
+        if self.attempt_handle(record, index) is None:
+            return FileRendezvous(record.run_dir, index)
+        return self._job(record, index).rendezvous()
 
     def status(self, record: JobRecord) -> JobStatus:
+        """The current attempt's tasks (``attempt_status``) with the job's attempts."""
         run = load_run_plan(record)
-        job = self._job(record)
+        attempts = attempts_of(record)
+        index = attempts.current.index if attempts is not None else 0
+        if self.attempt_handle(record, index) is None:  # being submitted: nothing to ask
+            rdv = FileRendezvous(record.run_dir, index)
+            status = merge(run, self.name, rdv.read_tasks(run.task_keys()), rdv.read_abort(),
+                           {key: NativeState.QUEUED for key in run.task_keys()}, {})
+        else:
+            status = self.attempt_status(record, run, index)
+        return with_attempts(status, run, attempts, driver_alive(attempts))
+
+    def attempt_status(self, record: JobRecord, run: RunPlan, index: int) -> JobStatus:
+        """Attempt ``index``'s status: its application's report, containers and task
+        records."""
+        job = self._job(record, index)
         report = job.report()
         rdv = job.rendezvous()
         records, abort = rdv.read_tasks(run.task_keys()), rdv.read_abort()
@@ -273,7 +370,7 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
         ids = {key: info.container_id for key, info in containers.items()}
         if report.finished:
             if abort is None:
-                abort = abort_from_report(report)
+                abort = abort_from_report(report, containers)
                 if abort is not None:
                     job.local.write_abort(abort)
             records = settle(run, records, report.outcome, abort)
@@ -298,12 +395,13 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
 
     # ------------------------------------------------------------------ cancelling
     def remove(self, record: JobRecord, handle: YarnHandle, run: RunPlan) -> None:
-        """Let the application end by itself (after success, or once the supervisors
-        stopped on the abort record: they end it), else kill it; wait until it ended."""
-        job = self._job(record)
+        """Let the application of ``handle`` (any attempt's) end by itself (after
+        success, or once the supervisors stopped on the abort record: they end it),
+        else kill it; wait until it ended."""
+        job = self._job_of(record, handle)
         if job.report().finished:
             return
-        if self.status(record).state is JobState.SUCCEEDED:
+        if self.attempt_status(record, run, job.attempt).state is JobState.SUCCEEDED:
             job.wait_finished(run.grace_s + 10)
         else:
             job.wait_finished(min(run.grace_s, 10.0) + 5, until=lambda: not _running(job))
@@ -318,13 +416,21 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
     # ------------------------------------------------------------------ logs
     def log_reader(self, record: JobRecord, role: Role, rank: int,
                    attempt: int = 0) -> Optional[LogReader]:
-        job = self._job(record)
-        return LogFollower(lambda: job.containers().get((role, rank)),
-                           task_log_name(role.value, rank))
+        """From the NodeManager of the task's container of ``attempt`` (none before its
+        application is submitted)."""
+        name = task_log_name(role.value, rank)
+
+        def locate() -> Optional[ContainerInfo]:
+            if self.attempt_handle(record, attempt) is None:
+                return None
+            return self._job(record, attempt).containers().get((role, rank))
+        return LogFollower(locate, name)
 
     def logs(self, record: JobRecord, role: Role, rank: int,
              attempt: int = 0) -> Iterator[str]:
-        job = self._job(record)
+        if self.attempt_handle(record, attempt) is None:
+            return
+        job = self._job(record, attempt)
         container = job.containers().get((role, rank))
         data = (fetch(container, task_log_name(role.value, rank))
                 if container is not None else None)
@@ -339,6 +445,18 @@ class YarnBackend(Backend[YarnOptions, YarnRequest, YarnHandle]):
 def _running(job: YarnJob) -> bool:
     """Whether any container of the job still runs."""
     return any(info.state is ContainerState.RUNNING for info in job.containers().values())
+
+
+def usable_nodes(node_ids: List[str], excluded: List[str]) -> List[str]:
+    """The host names of NodeManagers (``host:port`` ids) that no node failure
+    excluded, sorted; an excluded host matches by its name or short name."""
+    left = set()
+    for node in node_ids:
+        host = node.rpartition(":")[0] or node
+        if host in excluded or host.split(".")[0] in excluded:
+            continue
+        left.add(host)
+    return sorted(left)
 
 
 def native_states(run: RunPlan, app_state: AppState,

@@ -30,11 +30,19 @@ _CONTENTS = b"LogContents:\n"
 
 @dataclasses.dataclass(frozen=True)
 class ContainerInfo:
-    """Where one task ran: its YARN container and that node's web address."""
+    """Where one task ran: its YARN container and that node's web address, and how
+    the container ended."""
 
     container_id: str
     node_http: str
     state: Optional[ContainerState] = None
+    #: YARN's diagnostics of a completed container (skein's ``exit_message``)
+    exit_message: str = ""
+
+    @property
+    def host(self) -> str:
+        """The node's host name (its web address without the port)."""
+        return self.node_http.rpartition(":")[0] or self.node_http
 
     def log_url(self, name: str) -> str:
         return f"http://{self.node_http}/ws/v1/node/containerlogs/{self.container_id}/{name}"
