@@ -30,8 +30,8 @@ def _get(url: str) -> dict:
 
 
 def app_id(cli: Cli, job: str) -> str:
-    """The job's YARN application, from its job record."""
-    return json.loads((cli.home / "jobs" / f"{job}.json").read_text())["handle"]["app_id"]
+    """The job's YARN application (its first attempt's), from its job record."""
+    return cli.handle(job)["app_id"]
 
 
 def rm_app(cli: Cli, app: str) -> dict:
