@@ -44,19 +44,21 @@ mxbatch: worker[1] received SIGTERM: stopping the job
 mxbatch: scheduler[0] received SIGTERM: stopping the job
 """
 
-#: Open MPI's words when a daemon's connection to mpirun breaks (help-errmgr-base.txt)
+#: mpirun.log of Open MPI 4.1.4 when mxbh3's orted was SIGKILLed (the HNP, mpirun, runs on
+#: the submit host, "vm")
 DAEMON_LOST = """\
 --------------------------------------------------------------------------
 ORTE has lost communication with a remote daemon.
 
-  HNP daemon   : [[40514,0],0] on node mxbh1
-  Remote daemon: [[40514,0],3] on node mxbh3.cluster.example
+  HNP daemon   : [[12765,0],0] on node vm
+  Remote daemon: [[12765,0],3] on node mxbh3
 
 This is usually due to either a failure of the TCP network
 connection to the node, or possibly an internal failure of
 the daemon itself. We cannot recover from this failure, and
 therefore will terminate the job.
 --------------------------------------------------------------------------
+mxbatch: scheduler[0] received SIGTERM: stopping the job
 """
 
 
@@ -67,7 +69,7 @@ def record(role: str, rank: int, host: str, address: str = "") -> TaskRecord:
 
 def test_the_host_whose_daemon_was_lost_is_read_from_mpiruns_words():
     assert lost_daemons(SSHD_KILLED) == ["10.213.57.13"]
-    assert lost_daemons(DAEMON_LOST) == ["mxbh3.cluster.example"]  # not the HNP's node
+    assert lost_daemons(DAEMON_LOST) == ["mxbh3"]  # not the HNP's node
     assert lost_daemons("Timeout, server node7 not responding.\n") == ["node7"]
     # a failure that lost no host (an agent died), and the agents' own lines
     assert lost_daemons("mpirun noticed that process rank 3 with PID 0 on node mxbh4 "
@@ -85,9 +87,14 @@ def test_the_named_host_is_the_hostfiles_through_the_attempts_records():
                                            host="mxbh1"))
     assert blamed_hosts(lost_daemons(SSHD_KILLED), aliases) == ("mxbh3",)  # ssh's address
     assert blamed_hosts(lost_daemons(DAEMON_LOST), aliases) == ("mxbh3",)  # its host name
-    assert blamed_hosts(["mxbh3"], aliases) == ("mxbh3",)  # the short form
+    assert blamed_hosts(["mxbh3.cluster.example"], aliases) == ("mxbh3",)  # the FQDN
     assert blamed_hosts(["10.213.57.11", "mxbh1"], aliases) == ("mxbh1",)  # the scheduler's
     assert blamed_hosts(["10.0.0.9"], aliases) == ()  # no host of the job
+    # a hostfile of addresses: Open MPI names the host by its host name
+    by_address = host_aliases(("10.0.0.1", "10.0.0.2"),
+                              [(1, record("worker", 0, "gpu2.example", "10.0.0.2:9600"))])
+    assert blamed_hosts(lost_daemons(DAEMON_LOST.replace("mxbh3", "gpu2")),
+                        by_address) == ("10.0.0.2",)
     # a user@ in the hostfile: mpirun names the host without it
     assert blamed_hosts(["n2"], host_aliases(("me@n2",), [])) == ("me@n2",)
 
