@@ -1,6 +1,7 @@
 """The MPI backend on the namespace test hosts (ci/clusters/hosts-up.sh, Open MPI) with
 stand-in roles, what only MPI does: a host's sshd (orted's session) killed mid-job ends
-the job within 15 s in mpirun's words, which name the host; a bad host fails the
+the job within 15 s in mpirun's words, which name the host; a killed orted is a node
+failure of its host (the relaunch without it: test_ssh_restarts.py); a bad host fails the
 submission naming the tasks and host that never started. (Placement, secrets, a failing
 worker, cancel and Ctrl-C: test_host_backends.py.) Running mpirun as root is the tests'
 explicit choice (OMPI_ALLOW_RUN_AS_ROOT*)."""
@@ -39,6 +40,21 @@ def test_killed_sshd_of_a_host_ends_the_job_within_15s(hosts_cli, hosts_env, tmp
     assert "mpirun exited with" in result.stderr
     assert host_addresses(hosts_env)["mxbh3"] in result.stderr  # in mpirun's own words
     assert abort_record(run_dir)["at"] - killed < 15
+    assert_no_processes(job, timeout=15)
+
+
+def test_killed_orted_is_a_node_failure_of_its_host(hosts_cli, hosts_env, tmp_path):
+    """Open MPI's "lost communication with a remote daemon ... on node mxbh3": the job
+    (no restarts) ends node_failure blaming mxbh3 as the hostfile names it."""
+    job, run_dir = start_long_job(hosts_cli, hosts_env, tmp_path, "mpi", "mpiorted")
+    kill([parent(task_record(run_dir, "server", 1)["supervisor_pid"])])  # mxbh3's orted
+    result = hosts_cli.run("wait", job, "--timeout", "60")
+    assert result.returncode == 1
+    assert "host mxbh3: mpirun lost its daemon there" in result.stderr
+    assert "ORTE has lost communication with a remote daemon" in result.stderr
+    attempt = hosts_cli.status(job)["attempts"][0]
+    assert attempt["reason"] == "node_failure", attempt
+    assert abort_record(run_dir)["hosts"] == ["mxbh3"]
     assert_no_processes(job, timeout=15)
 
 

@@ -25,8 +25,9 @@
 **Attempts.** A restart relaunches the whole job as its next attempt (``attempt(k)``).
 Attempt 0 uses the paths above; attempt k >= 1 keeps its own ``scheduler.json``,
 ``abort.json``, ``abort.lock``, ``digest.json``, ``tasks/`` and ``logs/`` (and the
-batch system's output files) in ``attempts/<k>/``, with the same names. Everything
-else (the plan, the runtime, the hook, job scripts, a backend's files) is the job's.
+batch system's output files, and a backend's files of one attempt:
+``attempt_backend_file``) in ``attempts/<k>/``, with the same names. Everything else
+(the plan, the runtime, the hook, job scripts, a backend's other files) is the job's.
 
 Nothing else spells these names: the CLI, the backends and the runtime all ask a
 ``RunLayout``. Paths are ``str`` (the runtime runs on Python 3.8 nodes).
@@ -208,8 +209,9 @@ class RunLayout:
         return self._path(backend, name)
 
     def attempt_backend_file(self, backend: str, name: str) -> str:
-        """A backend's own file of this attempt (``yarn/report.json`` for attempt 0,
-        ``attempts/<k>/yarn/report.json`` for a later one)."""
+        """A backend's own file that differs from one attempt to the next (YARN's
+        ``report.json``, MPI's hostfile after a node failure): ``<backend>/<name>`` for
+        attempt 0, ``attempts/<k>/<backend>/<name>`` for attempt k."""
         return self._attempt_path(backend, name)
 
     #: the directories ``create`` makes (mode 0700)

@@ -19,7 +19,7 @@ run directory, through ``FileRendezvous``):
 A controller runs one attempt of the job (``attempt``: its records and logs, the hosts
 it leaves out). ``run_attempts`` drives the job's attempts (``jobloop.AttemptLoop``): a
 relaunch is a new controller, new sessions or a new mpirun, without the hosts a node
-failure was blamed on (the ssh backend places the tasks on the others). SIGTERM to the
+failure was blamed on (the ssh and MPI backends place the tasks on the others). SIGTERM to the
 controller is a preemption when ``restarts.on`` lists it (the workers checkpoint, the
 job relaunches); SIGINT and SIGHUP cancel.
 

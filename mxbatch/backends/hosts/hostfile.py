@@ -41,6 +41,11 @@ class Host:
         """How messages name the host: as the user wrote it, without slots."""
         return self.name if self.port is None else f"{self.name}:{self.port}"
 
+    @property
+    def entry(self) -> str:
+        """The host as a hostfile line (``parse_entry`` reads it back)."""
+        return self.label + ("" if self.slots is None else f" slots={self.slots}")
+
 
 def parse_entry(text: str) -> Host:
     """One hostfile line (without its comment); ValueError saying what is wrong."""

@@ -11,7 +11,7 @@ the ssh backend (a rendezvous relayed over the ssh sessions, ``--sync-dst-dir``)
 
 - Placement: a hostfile written into the run directory gives each host exactly the
   number of tasks ``hostfile.place`` deals it (round-robin, ``slots=`` honoured);
-  Open MPI maps ranks ``--map-by node`` over it, which deals the same way.
+  Open MPI maps ranks ``--map-by node`` over it, which deals the same way (``deal``).
 - Environment: mpirun passes a rank only what it is told to (``-x``); mxbatch writes
   the submitter's environment to ``mpi/environ.json`` (mode 0600, deleted as soon as
   every rank's agent has started) instead of naming values on a command line.
@@ -31,19 +31,29 @@ The controller (``MpiController``) runs mpirun and waits until every rank's agen
 started; if mpirun ends before, it fails the submission naming the tasks and hosts
 that never started and what mpirun said (exit 3). Cancel: the abort record, then
 SIGTERM to mpirun (which kills its ranks) once the grace period is over.
+
+Node failures: when mpirun ends because it lost a host's daemon (``lost_daemons``: the
+ssh session to the host's orted closed, or Open MPI's "lost communication with a
+remote daemon ... on node HOST"), the attempt ends ``node_failure`` blaming that host,
+named as the hostfile names it (``blamed_hosts``, through the attempt's task records).
+A relaunch without excluded hosts deals the tasks to the others (``place_attempt``,
+the same dealing as ``render``) in a hostfile of its own (``hostfile_path`` of the
+attempt's layout); ``usable`` refuses a relaunch they cannot hold.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ...errors import BackendUnavailable
 from ...quoting import shell_words
@@ -52,11 +62,11 @@ from ...runtime.jobloop import AttemptContext
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan
 from ...runtime.spawn import die_with_parent
-from ...runtime.states import AbortKind, AbortRecord
+from ...runtime.states import AbortKind, AbortRecord, EndReason, SchedulerRecord, TaskRecord
 from ...spec.plan import JobPlan
 from ...spec.typed import Seconds, from_data, option, to_data
 from ..base import RenderedItem
-from . import placement
+from . import hostfile, placement
 from .controller import (
     BY,
     ControlledBackend,
@@ -107,6 +117,10 @@ class MpiSetup:
     task_hosts: Tuple[str, ...]
     start_timeout_s: float = 120.0
     flavor: str = "openmpi"
+    #: every host of the placement, spare ones too, as hostfile lines (``HOST
+    #: [slots=N]``, the slots as given): a relaunch deals the tasks to those not
+    #: excluded (empty in the configuration of older versions: no host can be left out)
+    hosts: Tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +140,40 @@ class MpiRequest(ControlledRequest):
 
 def mpi_file(layout: RunLayout, name: str) -> str:
     return layout.backend_file(NAME, name)
+
+
+def hostfile_path(layout: RunLayout) -> str:
+    """mpirun's hostfile of the attempt ``layout`` is of (``mpi/hostfile`` for the
+    first; a relaunch that leaves hosts out writes its own)."""
+    return layout.attempt_backend_file(NAME, "hostfile")
+
+
+def deal(hosts: Sequence[hostfile.Host], tasks: int,
+         flavor: MpiFlavor) -> Tuple[str, Tuple[str, ...]]:
+    """The hostfile that gives each of ``hosts`` the number of tasks ``hostfile.place``
+    deals it (a host dealt none is left out), and each task's host (its label);
+    ValueError when the hosts' slots cannot hold ``tasks``."""
+    dealt = hostfile.place(hosts, tasks)
+    counts = [dealt.count(i) for i in range(len(hosts))]
+    lines = [(f"{h.name} slots={n}" if flavor is MpiFlavor.OPENMPI else f"{h.name}:{n}")
+             for h, n in zip(hosts, counts) if n]
+    return "\n".join(lines) + "\n", tuple(hosts[i].label for i in dealt)
+
+
+def place_attempt(setup: MpiSetup, excluded: Sequence[str],
+                  tasks: int) -> Tuple[str, Tuple[str, ...]]:
+    """The hostfile and each task's host of an attempt that leaves ``excluded`` (host
+    labels) out: the first attempt's without exclusions, else ``deal`` over the others
+    of ``setup.hosts``; ValueError saying why they cannot hold every task."""
+    if not excluded:
+        return setup.hostfile_text, setup.task_hosts
+    if not setup.hosts:
+        raise ValueError("this job's configuration does not list its hosts (an older "
+                         "mxbatch submitted it)")
+    pool = [h for h in map(hostfile.parse_entry, setup.hosts) if h.label not in excluded]
+    if not pool:
+        raise ValueError("no host is left")
+    return deal(pool, tasks, MpiFlavor(setup.flavor))
 
 
 class MpiBackend(ControlledBackend[MpiOptions, MpiRequest]):
@@ -158,13 +206,10 @@ class MpiBackend(ControlledBackend[MpiOptions, MpiRequest]):
     def render(self, plan: JobPlan) -> MpiRequest:
         run = plan.run
         found = placement.job_hosts(plan, self.name, self.options.hosts, self.options.hostfile)
-        hosts, dealt = found.hosts, found.deal(len(run.tasks))
-        counts = [dealt.count(i) for i in range(len(hosts))]
         flavor = self.options.flavor
-        lines = [(f"{h.name} slots={n}" if flavor is MpiFlavor.OPENMPI else f"{h.name}:{n}")
-                 for h, n in zip(hosts, counts) if n]
+        text, task_hosts = deal(found.hosts, len(run.tasks), flavor)
         layout = run.layout
-        hosts_path, environ = mpi_file(layout, "hostfile"), mpi_file(layout, "environ.json")
+        hosts_path, environ = hostfile_path(layout), mpi_file(layout, "environ.json")
         argv = [self.options.mpirun, "-n", str(len(run.tasks))]
         if flavor is MpiFlavor.OPENMPI:
             argv += ["--hostfile", hosts_path, "--map-by", "node", "--bind-to", "none",
@@ -174,11 +219,10 @@ class MpiBackend(ControlledBackend[MpiOptions, MpiRequest]):
         argv += [*self.options.extra, self.options.python, layout.runtime, "run", run.run_dir,
                  "--task-from", RANK_VARIABLES, "--environ-file", environ, "--exit-zero",
                  "--launcher-signals"]
-        setup = MpiSetup(argv=tuple(argv), hostfile=hosts_path,
-                         hostfile_text="\n".join(lines) + "\n", environ_file=environ,
-                         task_hosts=tuple(hosts[i].label for i in dealt),
+        setup = MpiSetup(argv=tuple(argv), hostfile=hosts_path, hostfile_text=text,
+                         environ_file=environ, task_hosts=task_hosts,
                          start_timeout_s=float(self.options.start_timeout),
-                         flavor=flavor.value)
+                         flavor=flavor.value, hosts=tuple(h.entry for h in found.hosts))
         return MpiRequest(plan=plan, setup=setup, hosts_from=found.source)
 
     def prepare_run_dir(self, request: MpiRequest, layout: RunLayout) -> None:
@@ -196,6 +240,17 @@ class MpiBackend(ControlledBackend[MpiOptions, MpiRequest]):
                         attempt: Optional[AttemptContext] = None) -> Controller:
         return MpiController(plan, from_data(MpiSetup, config, strict=False), attempt)
 
+    @classmethod
+    def usable(cls, config: Dict[str, Any], plan: RunPlan,
+               excluded: List[str]) -> Optional[str]:
+        """The other hosts of the placement must hold every task."""
+        try:
+            place_attempt(from_data(MpiSetup, config, strict=False), excluded,
+                          len(plan.tasks))
+        except ValueError as exc:
+            return f"without {', '.join(excluded)}: {exc}"
+        return None
+
 
 def write_environ(path: str) -> None:
     """This process's environment (the submitter's) for the ranks (mode 0600)."""
@@ -204,10 +259,14 @@ def write_environ(path: str) -> None:
         json.dump(dict(os.environ), handle)
 
 
-def attempt_argv(setup: MpiSetup, attempt: AttemptContext) -> List[str]:
+def attempt_argv(setup: MpiSetup, attempt: AttemptContext,
+                 hosts_path: Optional[str] = None) -> List[str]:
     """mpirun's command line for ``attempt``: every rank also gets ``MXBATCH_ATTEMPT``
-    and ``MXBATCH_RESTART_REASON`` (mpirun passes only what it is told to)."""
+    and ``MXBATCH_RESTART_REASON`` (mpirun passes only what it is told to);
+    ``hosts_path``: the attempt's own hostfile instead of the first attempt's."""
     argv = list(setup.argv)
+    if hosts_path is not None and hosts_path != setup.hostfile:
+        argv[argv.index(setup.hostfile)] = hosts_path
     if attempt.index == 0:
         return argv
     values = ((wire.ATTEMPT, str(attempt.index)), (wire.RESTART_REASON, attempt.reason_name))
@@ -260,6 +319,86 @@ def mpirun_said(log_path: str, lines: int = 4) -> str:
     return " / ".join(said[:lines]) or "no output"
 
 
+#: mpirun's words (or those of the ssh under it) when it lost a host's daemon, each
+#: naming the host as mpirun or ssh knows it (a name, or ssh's HostName address)
+_LOST_DAEMON = (
+    # ssh: the session to the host's orted dropped (its sshd killed, the host rebooted)
+    re.compile(r"Connection to (\S+) closed by remote host"),
+    # ssh: ServerAlive gave up on a host that stopped answering
+    re.compile(r"Timeout, server (\S+) not responding"),
+    # Open MPI (ORTE) and PRRTE: "... has lost communication with a remote daemon"
+    re.compile(r"Remote daemon: *\S+ on node (\S+)"),
+)
+
+
+def lost_daemons(text: str) -> List[str]:
+    """The hosts whose daemon mpirun's output ``text`` says it lost, as it names them,
+    in order, once each (the agents' own ``mxbatch`` lines are not read)."""
+    found: List[str] = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("mxbatch"):
+            continue
+        for pattern in _LOST_DAEMON:
+            for match in pattern.finditer(line):
+                name = match.group(1).rstrip(".,:;")
+                if name and name not in found:
+                    found.append(name)
+    return found
+
+
+def _short(name: str) -> str:
+    """A host name without its domain (an address as it is)."""
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+        return name
+    except ValueError:
+        return name.split(".", 1)[0]
+
+
+def host_aliases(task_hosts: Sequence[str], records: Iterable[Tuple[int, TaskRecord]],
+                 scheduler: Optional[SchedulerRecord] = None) -> Dict[str, str]:
+    """{a name mpirun or ssh may give a host: the host as the hostfile names it}: each
+    label itself (without ``user@``), and from the task records of the attempt (task
+    index, record) the host name the agent ran on (and its short form) and the address
+    its role listens on; the scheduler record's address for task 0."""
+    aliases: Dict[str, str] = {}
+    for label in task_hosts:
+        aliases.setdefault(label, label)
+        aliases.setdefault(label.rpartition("@")[2], label)
+    named = [(index, record.host, record.address.rpartition(":")[0])
+             for index, record in records]
+    if scheduler is not None:
+        named.append((0, scheduler.host, scheduler.ip))
+    for index, host, ip in named:
+        if 0 <= index < len(task_hosts):
+            for alias in (host, _short(host), ip.strip("[]")):
+                if alias:
+                    aliases.setdefault(alias, task_hosts[index])
+    return aliases
+
+
+def blamed_hosts(said: Iterable[str], aliases: Mapping[str, str]) -> Tuple[str, ...]:
+    """The hosts (hostfile labels) of the names mpirun ``said``; a name that is none of
+    ``aliases`` is left out (no host can be excluded for it)."""
+    blamed: List[str] = []
+    for name in said:
+        label = aliases.get(name) or aliases.get(_short(name))
+        if label is not None and label not in blamed:
+            blamed.append(label)
+    return tuple(blamed)
+
+
+def read_tail(path: str) -> str:
+    """The last ``logfile.READ_CHUNK`` of a log ("" when it cannot be read)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - logfile.READ_CHUNK))
+            return handle.read(logfile.READ_CHUNK).decode(errors="replace")
+    except OSError:
+        return ""
+
+
 class MpiController(Controller):
     """Runs mpirun, waits until every rank's agent started, and watches mpirun until it
     ends (see the module docstring)."""
@@ -271,6 +410,10 @@ class MpiController(Controller):
         self.log_path = self.layout.mpirun_log
         self.proc: Optional[subprocess.Popen] = None
         self._kill_at: Optional[float] = None
+        #: this attempt's hostfile and each task's host: the first attempt's, unless
+        #: hosts are excluded (``_place``)
+        self.hostfile = setup.hostfile
+        self.task_hosts = setup.task_hosts
 
     def _not_started(self) -> List[int]:
         records = self.rdv.read_tasks(self.plan.task_keys())
@@ -278,14 +421,32 @@ class MpiController(Controller):
                 if (records.get((t.role, t.rank)) is None
                     or records[(t.role, t.rank)].supervisor_pid is None)]
 
+    def _place(self) -> None:
+        """A relaunch without the excluded hosts: deal the tasks to the others, in a
+        hostfile of the attempt's own."""
+        excluded = self.attempt.excluded
+        if not excluded:
+            return
+        try:
+            text, self.task_hosts = place_attempt(self.setup, excluded, len(self.plan.tasks))
+        except ValueError as exc:
+            raise BackendUnavailable(f"cannot relaunch without {', '.join(excluded)}: "
+                                     f"{exc}") from None
+        self.hostfile = hostfile_path(self.layout)
+        os.makedirs(os.path.dirname(self.hostfile), mode=0o700, exist_ok=True)
+        with open(self.hostfile, "w") as handle:
+            handle.write(text)
+
     def prepare(self) -> None:
         if self.attempt.index > 0:  # attempt 0's was written at submission, then removed
             _remove_quietly(self.setup.environ_file)
             write_environ(self.setup.environ_file)
+        self._place()
         os.makedirs(self.layout.logs_dir, mode=0o700, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                attempt_argv(self.setup, self.attempt), stdin=subprocess.DEVNULL, stdout=log,
+                attempt_argv(self.setup, self.attempt, self.hostfile),
+                stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
                 env={**os.environ, wire.JOB_ID: self.plan.job_id},
                 preexec_fn=die_with_parent)
@@ -298,7 +459,7 @@ class MpiController(Controller):
                 self._stop_mpirun()
                 said = mpirun_said(self.log_path)
                 raise unavailable(
-                    [(self.setup.task_hosts[i], f"the agent of {self.plan.tasks[i].label} "
+                    [(self.task_hosts[i], f"the agent of {self.plan.tasks[i].label} "
                                                 "never started") for i in missing]
                     + [("mpirun", f"exit {self.proc.returncode}: {said}")],
                     "mpirun could not start the job", hint=_hint(said))
@@ -319,11 +480,28 @@ class MpiController(Controller):
             return True
         code = self.proc.returncode
         reason = f"mpirun exited with {code}: {mpirun_said(self.log_path)}"
+        end: Optional[EndReason] = None
+        hosts: Tuple[str, ...] = ()
         if code != 0 and self.rdv.read_abort() is None:
             # the agents leave the cause to mpirun's words (--launcher-signals)
-            self.rdv.write_abort(AbortRecord(kind=AbortKind.FAILED, reason=reason, by=BY))
-        self.lose_tasks(self.plan.tasks, reason)
+            said = lost_daemons(read_tail(self.log_path))
+            if said:
+                end, hosts = EndReason.NODE_FAILURE, self._blamed(said)
+                reason = (f"host {', '.join(hosts)}: mpirun lost its daemon there ({reason})"
+                          if hosts else f"mpirun lost the daemon of {', '.join(said)}, "
+                                        f"which is no host of the job's ({reason})")
+            self.rdv.write_abort(AbortRecord(kind=AbortKind.FAILED, reason=reason, by=BY,
+                                             end=end, hosts=list(hosts)))
+        self.lose_tasks(self.plan.tasks, reason, end or EndReason.FAILURE, hosts)
         return False
+
+    def _blamed(self, said: List[str]) -> Tuple[str, ...]:
+        """The hosts mpirun named (``said``), as the hostfile names them."""
+        records = self.rdv.read_tasks(self.plan.task_keys())
+        indexed = [(t.index, records[(t.role, t.rank)]) for t in self.plan.tasks
+                   if (t.role, t.rank) in records]
+        return blamed_hosts(said, host_aliases(self.task_hosts, indexed,
+                                               self.rdv.read_scheduler()))
 
     def terminate(self) -> None:
         """SIGTERM to mpirun (it kills its ranks), SIGKILL 5 s later."""
