@@ -29,16 +29,12 @@ def queued_ids(cli: Cli, ids) -> list:
     return [line for line in out.splitlines() if line.split()[:1] and line.split()[0] in ids]
 
 
-@pytest.mark.parametrize("submitter", ["qsub", "drmaa"])
-def test_a_rescheduled_job_relaunches_and_finishes(sge, tmp_path, submitter):
-    # the workers end only when the test says so (the barrier), never by a timer that a
-    # loaded machine could outrun before the preemption reaches them
-    barrier = tmp_path / "barrier"
-    spec = fake_spec(tmp_path, "sge", f"submitter: {submitter}",
-                     name=f"sge-resched-{submitter}",
-                     env={"FAKE_SLEEP": "600", "FAKE_BARRIER": str(barrier)})
+def reschedule_the_workers(sge: Cli, spec, restarts: dict):
+    """Submit ``spec`` with ``restarts``, wait until its 4 tasks run, then have SGE
+    reschedule the worker array (``qmod -f -rj``): (job, run directory, attempt 0's
+    job ids)."""
     data = json.loads(spec.read_text())
-    data["restarts"] = {"max": 1, "backoff": 0, "checkpoint_grace": "20s"}
+    data["restarts"] = restarts
     spec.write_text(json.dumps(data))
     job = sge.submit(spec, "--backend", "sge")
     run = run_dir_of(sge, job)
@@ -48,6 +44,19 @@ def test_a_rescheduled_job_relaunches_and_finishes(sge, tmp_path, submitter):
     first = sge.handle(job)["job_ids"]
     subprocess.run(["qmod", "-f", "-rj", first["worker"]], check=True, env=sge.env,
                    capture_output=True)
+    return job, run, first
+
+
+@pytest.mark.parametrize("submitter", ["qsub", "drmaa"])
+def test_a_rescheduled_job_relaunches_and_finishes(sge, tmp_path, submitter):
+    # the workers end only when the test says so (the barrier), never by a timer that a
+    # loaded machine could outrun before the preemption reaches them
+    barrier = tmp_path / "barrier"
+    spec = fake_spec(tmp_path, "sge", f"submitter: {submitter}",
+                     name=f"sge-resched-{submitter}",
+                     env={"FAKE_SLEEP": "600", "FAKE_BARRIER": str(barrier)})
+    job, _, first = reschedule_the_workers(
+        sge, spec, {"max": 1, "backoff": 0, "checkpoint_grace": "20s"})
     wait_for(lambda: len(sge.status(job)["attempts"]) == 2, 240, "attempt 1")
     barrier.touch()
     result = sge.run("wait", job, "--timeout", "300", timeout=330)
@@ -68,17 +77,8 @@ def test_cancel_of_a_driven_job_between_attempts(sge, tmp_path):
     attempt 1 is submitted, the driver is gone, nothing of the job is queued."""
     spec = fake_spec(tmp_path, "sge", "submitter: qsub", name="sge-cancel-driven",
                      env={"FAKE_SLEEP": "300"})
-    data = json.loads(spec.read_text())
-    data["restarts"] = {"max": 2, "backoff": "10m", "checkpoint_grace": "10s"}
-    spec.write_text(json.dumps(data))
-    job = sge.submit(spec, "--backend", "sge")
-    run = run_dir_of(sge, job)
-    wait_for(lambda: len(records(run)) == 4 and all(r.get("state") == "RUNNING"
-                                                   for r in records(run).values()),
-             180, "every task running")
-    first = sge.handle(job)["job_ids"]
-    subprocess.run(["qmod", "-f", "-rj", first["worker"]], check=True, env=sge.env,
-                   capture_output=True)
+    job, run, first = reschedule_the_workers(
+        sge, spec, {"max": 2, "backoff": "10m", "checkpoint_grace": "10s"})
     status = wait_for(lambda: (lambda s: s if "attempt 1 starts in" in s["reason"] else None)(
         sge.status(job)), 180, "the wait before attempt 1")
     assert status["state"] == "RUNNING"
