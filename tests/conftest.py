@@ -274,7 +274,14 @@ def yarn_env():
 
 @pytest.fixture
 def yarn(home, yarn_env) -> Cli:
-    """The CLI with the YARN cluster's environment and the module's skein driver."""
+    """The CLI with the YARN cluster's environment and the module's skein driver, once
+    the cluster is idle (an earlier test's application may still be releasing its
+    containers; a busy cluster after 2 minutes is said, and the test goes on)."""
+    from .yarnjobs import cluster_idle
+
+    busy = cluster_idle(yarn_env)
+    if busy is not None:
+        sys.stderr.write(f"the YARN test cluster is still busy: {busy}\n")
     return Cli(home, yarn_env)
 
 

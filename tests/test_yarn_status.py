@@ -70,7 +70,7 @@ def test_status_logs_and_cancel_of_a_running_job_start_no_java(yarn, tmp_path, n
     assert record["handle"]["rm_urls"] == [yarn.env["MXBATCH_YARN_RM_URL"]]
     wait_for(lambda: "first step" in yarn.run("logs", job, "--role", "worker", "--rank", "0",
                                               env=no_java).stdout,
-             90, "the first training step (logs without Java)", interval=1)
+             180, "the first training step (logs without Java)", interval=1)
     times = []
     for _ in range(5):
         result, took = timed(yarn, "status", job, "--json", env=no_java)

@@ -29,6 +29,24 @@ def _get(url: str) -> dict:
         return json.loads(answer.read())
 
 
+def cluster_idle(env: Dict[str, str], timeout: float = 120.0) -> Optional[dict]:
+    """Wait until the ResourceManager holds no running or pending application (the test
+    cluster's one NodeManager fits one job at a time: an earlier test's application
+    still releasing its containers would starve the next job's); the metrics that were
+    still busy after ``timeout``, None when idle."""
+    def metrics() -> dict:
+        try:
+            return _get(f"{env['MXBATCH_YARN_RM_URL']}/ws/v1/cluster/metrics")["clusterMetrics"]
+        except (OSError, ValueError, KeyError):
+            return {}
+
+    def idle(m: dict) -> bool:
+        return bool(m) and not (m.get("appsRunning") or m.get("appsPending")
+                                or m.get("allocatedVirtualCores"))
+    last = poll(metrics, idle, timeout, interval=1.0)
+    return None if idle(last) else last
+
+
 def app_id(cli: Cli, job: str) -> str:
     """The job's YARN application (its first attempt's), from its job record."""
     return cli.handle(job)["app_id"]
