@@ -94,7 +94,8 @@ def sge_slots(env: Dict[str, str]) -> Optional[int]:
 def slurm_cpus(env: Dict[str, str]) -> Optional[int]:
     out = subprocess.run(["sinfo", "-h", "-o", "%C"], capture_output=True, text=True,
                          env=env, timeout=30).stdout.strip()
-    return int(out.split("/")[-1]) if out else None  # allocated/idle/other/total
+    # one line a partition: allocated/idle/other/total
+    return sum(int(line.split("/")[-1]) for line in out.splitlines()) if out else None
 
 
 BACKENDS = {
@@ -258,11 +259,12 @@ class Job:
             time.sleep(0.05)
         else:
             raise RuntimeError(f"the CLI had not exited {timeout:.0f} s after the kill")
+        exited_at = time.time()
         self._stop.set()
         own = _proc_cpu_s(self.proc.pid)
         _, status, usage = os.wait4(self.proc.pid, 0)
         self.proc.returncode = os.waitstatus_to_exitcode(status)
-        return {"rc": self.proc.returncode, "own_cpu_s": own,
+        return {"rc": self.proc.returncode, "own_cpu_s": own, "exited_at": exited_at,
                 "tree_cpu_s": usage.ru_utime + usage.ru_stime,
                 "tree_maxrss_mib": usage.ru_maxrss / 1024}
 
@@ -299,6 +301,7 @@ def measure(backend: Backend, n: int, env: Dict[str, str], folder: Path,
         assert job.run_dir is not None
         records = job.wait_running(RUNNING_TIMEOUT_S)
         result["job"] = job.job_id
+        result["cli_cpu_to_running_s"] = _proc_cpu_s(job.proc.pid)
         result["submit_to_running_s"] = max(r["exec_at"] for r in records) - job.t0
         reached = [r.get("reached_at") for r in records]
         if all(reached):
@@ -313,6 +316,7 @@ def measure(backend: Backend, n: int, env: Dict[str, str], folder: Path,
                       if r["role"] == "worker" and r["rank"] == split(n)["worker"] // 2)
         os.kill(victim["pid"], signal.SIGKILL)
         ended = job.finish()
+        exited_at = ended.pop("exited_at")
         result.update(ended)
         abort = _read_json(Path(RunLayout(str(job.run_dir)).abort)) or {}
         ends = [r.get("ended_at") for r in _records(job.run_dir)]
@@ -320,7 +324,7 @@ def measure(backend: Backend, n: int, env: Dict[str, str], folder: Path,
             raise RuntimeError(f"no abort record or a task without ended_at: {abort}")
         result["teardown_s"] = max(ends) - abort["at"]
         result["abort_reason"] = abort.get("reason", "")
-        result["exit_after_abort_s"] = time.time() - abort["at"]  # upper bound
+        result["cli_exit_after_abort_s"] = exited_at - abort["at"]  # +0.05 s
         if backend.name == "local":
             result["cpu_s"], result["peak_mib"] = ended["own_cpu_s"], job.peak_kib / 1024
         else:
@@ -478,6 +482,61 @@ def chart(name: str, result: dict) -> Optional[str]:
     return f"![mxbatch at scale: {name}](img/scale-{name}.png)"
 
 
+WHAT = """\
+For each backend and N (N = 1 scheduler + N/8 servers + the rest workers) one
+`mxbatch submit --wait --quiet` job of stand-in roles (`bench/scalerole.py`, run with
+`python -I -S`: the scheduler listens, every server and worker connects to it and
+blocks, as idle as a ps-lite role waiting for work), measured from the job's own records:
+
+- **submit->running**: from the submit (the CLI's start) to the last task record's
+  `exec_at`, once the digest counts every task RUNNING;
+- **teardown**: one worker SIGKILLed; from the abort record's `at` to the last task
+  record's `ended_at`;
+- **status**: `mxbatch status JOB --json` as a fresh process while every task runs,
+  median of 3 (wall);
+- **CPU s**, **peak MiB**: the launcher, over the whole job (start, the status calls,
+  teardown). Local: the `submit --wait` process is the job's agent and its roles are its
+  children; its own user + system time (read while it is a zombie, so the roles it
+  reaped are not counted) and its own peak RSS (VmHWM). Other backends: the CLI and its
+  children (ssh, mpirun, sbatch/qsub; the roles are not among them), from `wait4`;
+- **floor** (local): N stand-ins started by a plain Python loop of `subprocess.Popen`,
+  seconds until the last `Popen` returned (the child exec'd).
+
+The slope is the log-log slope between the smallest and the largest N measured: flat
+(< 0.35), sub-linear (< 0.8), linear (< 1.4), super-linear (< 1.8), quadratic.
+Spec: `grace: 5s`, `heartbeat_timeout: 2m`, `stall_timeout: null`."""
+
+
+def machine_line(started: dict) -> str:
+    import platform
+
+    load = " ".join("%.1f" % x for x in started["load_at_start"])
+    return (f"{started['cores']} cores, {started['memory_gib']} GiB available, "
+            f"{platform.system()} {platform.release()}, Python {platform.python_version()}; "
+            f"load average {load} (1, 5, 15 min) at the start; {started['date']}")
+
+
+def docs_section(started: dict, results: Dict[str, dict], charts: Dict[str, str]) -> str:
+    """The Markdown of docs/benchmarks.md's scale section."""
+    from report import markdown_table
+
+    parts = ["## Scale (`bench/scale.py`)", "",
+             "```bash", ".venv/bin/python bench/scale.py --backends local,ssh,mpi,slurm,sge "
+             "--sizes 16,64,256,1000 --json scale.json --charts --write-docs", "```", "",
+             WHAT, "", f"Machine: {machine_line(started)}."]
+    for name, result in results.items():
+        parts += ["", f"### {name}", ""]
+        if result["rows"]:
+            loads = ", ".join(f"{r['n']}: {r['load_at_start'][0]:.1f}" for r in result["rows"])
+            parts += [markdown_table(table_rows(result)), "",
+                      f"Load average (1 min) at the start of each N: {loads}."]
+        if result["stopped"]:
+            parts += ["", result["stopped"][0].upper() + result["stopped"][1:].rstrip(".") + "."]
+        if name in charts:
+            parts += ["", charts[name]]
+    return "\n".join(parts) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", default="local",
@@ -486,6 +545,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--charts", action="store_true",
                         help="a chart per backend into docs/img/scale-<backend>.png")
+    parser.add_argument("--write-docs", action="store_true",
+                        help="rewrite the scale section of docs/benchmarks.md")
     parser.add_argument("--raise-max-tasks", action="store_true",
                         help="set the spec's max_tasks to N above a backend's ceiling")
     args = parser.parse_args()
@@ -518,11 +579,19 @@ def main() -> None:
             print_table(table_rows(result))
         if result["stopped"]:
             print(f"{name}: {result['stopped']}")
+    charts: Dict[str, str] = {}
     if args.charts:
         for name, result in results.items():
-            if result["rows"] and chart(name, result) is None:
+            markdown = chart(name, result) if result["rows"] else None
+            if markdown is not None:
+                charts[name] = markdown
+            elif result["rows"]:
                 print("no charts: matplotlib is not installed (the bench extra)")
                 break
+    if args.write_docs:
+        from report import update_section
+
+        print(f"wrote {update_section('scale', docs_section(started, results, charts))}")
     if args.json:
         args.json.write_text(json.dumps({"machine": started, "results": results}, indent=1))
     print(f"\nload average at the end {' '.join('%.1f' % x for x in os.getloadavg())}")
