@@ -545,6 +545,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--charts", action="store_true",
                         help="a chart per backend into docs/img/scale-<backend>.png")
+    parser.add_argument("--from-json", type=Path,
+                        help="measure nothing: print, chart and write the docs of a --json file")
     parser.add_argument("--write-docs", action="store_true",
                         help="rewrite the scale section of docs/benchmarks.md")
     parser.add_argument("--raise-max-tasks", action="store_true",
@@ -557,13 +559,18 @@ def main() -> None:
     unknown = [b for b in names if b not in BACKENDS]
     if unknown:
         parser.error(f"unknown backends: {', '.join(unknown)}")
-    started = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "cores": os.cpu_count(),
-               "memory_gib": round(memory_available_mib() / 1024, 1),
-               "load_at_start": [round(x, 2) for x in os.getloadavg()]}
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        started, results = saved["machine"], saved["results"]
+        names = []
+    else:
+        started = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "cores": os.cpu_count(),
+                   "memory_gib": round(memory_available_mib() / 1024, 1),
+                   "load_at_start": [round(x, 2) for x in os.getloadavg()]}
+        results = {}
     print(f"{started['date']}; {started['cores']} cores; load average at the start "
           f"{' '.join('%.1f' % x for x in started['load_at_start'])}", flush=True)
     home = Path(tempfile.mkdtemp(prefix="mxbatch-scale-"))
-    results: Dict[str, dict] = {}
     for name in names:
         backend = BACKENDS[name]
         env_file = STATE / f"{backend.cluster}.env" if backend.cluster else None
@@ -592,7 +599,7 @@ def main() -> None:
         from report import update_section
 
         print(f"wrote {update_section('scale', docs_section(started, results, charts))}")
-    if args.json:
+    if args.json and not args.from_json:
         args.json.write_text(json.dumps({"machine": started, "results": results}, indent=1))
     print(f"\nload average at the end {' '.join('%.1f' % x for x in os.getloadavg())}")
 
