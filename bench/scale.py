@@ -377,8 +377,10 @@ def memory_available_mib() -> float:
     return math.inf
 
 
-def run_backend(backend: Backend, sizes: List[int], home: Path, raise_max: bool) -> dict:
-    """Every size in turn, until one cannot be held or fails: {"rows", "stopped"}."""
+def run_backend(backend: Backend, sizes: List[int], home: Path, raise_max: bool,
+                on_row: Callable[[List[dict]], None] = lambda rows: None) -> dict:
+    """Every size in turn, until one cannot be held or fails: {"rows", "stopped"}.
+    ``on_row``: called with the rows so far after each size."""
     env = dict(os.environ) if backend.cluster is None else cluster_env(backend.cluster)
     env.update(backend.extra_env, MXBATCH_HOME=str(home), MXBATCH_CONFIG="",
                PATH=os.path.dirname(sys.executable) + os.pathsep + env["PATH"])
@@ -406,6 +408,7 @@ def run_backend(backend: Backend, sizes: List[int], home: Path, raise_max: bool)
             if backend.name == "local":
                 row.update(floor_local(n))
             rows.append(row)
+            on_row(rows)
             print("  " + ", ".join(f"{label} {_cell(row.get(key))}" for key, label in COLUMNS),
                   flush=True)
         except Stop as stop:
@@ -579,7 +582,14 @@ def main() -> None:
             results[name] = {"rows": [], "stopped": f"skipped: {env_file} does not exist",
                              "slopes": {}}
             continue
-        results[name] = run_backend(backend, sizes, home / name, args.raise_max_tasks)
+        def save(rows: List[dict], name: str = name) -> None:
+            if args.json:  # what is measured so far, in case the run is stopped
+                partial = dict(results, **{name: {"rows": rows, "stopped": "(running)",
+                                                  "slopes": slopes(rows)}})
+                args.json.write_text(json.dumps({"machine": started, "results": partial},
+                                                indent=1))
+
+        results[name] = run_backend(backend, sizes, home / name, args.raise_max_tasks, save)
     for name, result in results.items():
         if result["rows"]:
             print(f"\n{name} (seconds; CPU s and peak MiB: the launcher)")
