@@ -6,6 +6,7 @@ from the wall clock of a loaded machine)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -186,3 +187,20 @@ def slurm_jobs(cli: Cli, job: str) -> List[str]:
     out = subprocess.run(["scontrol", "show", "job", "--oneliner"], capture_output=True,
                          text=True, env=cli.env, check=True).stdout
     return [line for line in out.splitlines() if f"JobName={job}" in line]
+
+
+def cancel_in_the_backoff(cli: Cli, job: str, run: Path, timeout: float = 180) -> None:
+    """A driven job whose attempt 0 has ended: once its status says it waits before
+    attempt 1, ``cancel`` ends it CANCELLED after that one attempt, and its driver of
+    attempts ends too (the batch and YARN backends' driver, ``backends/driver.py``)."""
+    status = wait_for(lambda: (lambda s: s if "attempt 1 starts in" in (s["reason"] or "")
+                               else None)(cli.status(job)), timeout, "the wait before attempt 1",
+                      interval=1)
+    assert status["state"] == "RUNNING"
+    driver = json.loads((run / "attempts.json").read_text())["driver_pid"]
+    result = cli.run("cancel", job)
+    assert result.returncode == 0 and f"job {job} CANCELLED" in result.stderr, result.stderr
+    record = json.loads((run / "attempts.json").read_text())
+    assert record["final"] and record["outcome"] == "cancelled"
+    assert len(record["attempts"]) == 1
+    wait_for(lambda: not os.path.exists(f"/proc/{driver}"), 30, "the driver to end")

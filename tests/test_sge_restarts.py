@@ -6,12 +6,11 @@ through both submitters; nothing of attempt 0 is left queued or running."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
 
-from .clusterjobs import fake_spec, run_dir_of, wait_queue_empty
+from .clusterjobs import cancel_in_the_backoff, fake_spec, run_dir_of, wait_queue_empty
 from .conftest import Cli, assert_no_processes, cluster_environment, wait_for
 from .hostjobs import records
 
@@ -88,15 +87,6 @@ def test_cancel_of_a_driven_job_between_attempts(sge, tmp_path):
                      env={"FAKE_SLEEP": "300"})
     job, run, first = reschedule_the_workers(
         sge, spec, {"max": 2, "backoff": "10m", "checkpoint_grace": "10s"})
-    status = wait_for(lambda: (lambda s: s if "attempt 1 starts in" in s["reason"] else None)(
-        sge.status(job)), 180, "the wait before attempt 1")
-    assert status["state"] == "RUNNING"
-    driver = json.loads((run / "attempts.json").read_text())["driver_pid"]
-    result = sge.run("cancel", job)
-    assert result.returncode == 0 and f"job {job} CANCELLED" in result.stderr, result.stderr
-    record = json.loads((run / "attempts.json").read_text())
-    assert record["final"] and record["outcome"] == "cancelled"
-    assert len(record["attempts"]) == 1
-    wait_for(lambda: not os.path.exists(f"/proc/{driver}"), 30, "the driver to end")
+    cancel_in_the_backoff(sge, job, run)
     wait_queue_empty(lambda: queued_ids(sge, list(first.values())), job, 60)
     assert_no_processes(job, timeout=30)

@@ -34,10 +34,11 @@ from mxbatch.runtime.roles import Role
 from mxbatch.runtime.states import EndReason
 from mxbatch.spec import plan as planning
 
+from .clusterjobs import cancel_in_the_backoff
 from .conftest import FAKEROLE, Cli, assert_no_processes, task_record, wait_for
 from .test_mxnet_restarts import last_step
 from .yarngolden import SPEC, WORKER, golden
-from .yarnjobs import ENDED, live_containers, rm_app
+from .yarnjobs import ENDED, app_id, live_containers, rm_app
 
 RESTARTS_SPEC = SPEC + "restarts: {max: 2}\n"
 
@@ -262,8 +263,7 @@ def test_a_killed_worker_relaunches_as_a_new_application(yarn, tmp_path):
         assert "worker[0] was killed by SIGKILL" in status["attempts"][0]["detail"]
         assert "restarting as attempt 1" in status["attempts"][0]["decision"]
         first, second = app_ids(status)
-        assert first == json.loads((yarn.home / "jobs" / f"{job}.json").read_text()
-                                   )["handle"]["app_id"]
+        assert first == app_id(yarn, job)
         assert second and second != first
         assert rm_app(yarn, first)["finalStatus"] == "FAILED"
         assert rm_app(yarn, second)["finalStatus"] == "SUCCEEDED"
@@ -291,18 +291,8 @@ def test_cancel_during_the_backoff_ends_the_job(yarn, tmp_path):
     try:
         worker = running_with_worker_reached(yarn, job)
         os.kill(worker["pid"], signal.SIGKILL)
-        status = wait_for(lambda: (lambda s: s if "attempt 1 starts in" in (s["reason"] or "")
-                                   else None)(yarn.status(job)),
-                          120, "the backoff before attempt 1", interval=1)
-        assert status["state"] == "RUNNING"
-        driver = json.loads((run / "attempts.json").read_text())["driver_pid"]
-        result = yarn.run("cancel", job)
-        assert result.returncode == 0 and f"job {job} CANCELLED" in result.stderr, result.stderr
-        record = json.loads((run / "attempts.json").read_text())
-        assert record["final"] and record["outcome"] == "cancelled"
-        assert len(record["attempts"]) == 1
+        cancel_in_the_backoff(yarn, job, run, timeout=120)
         assert yarn.status(job)["state"] == "CANCELLED"
-        wait_for(lambda: not os.path.exists(f"/proc/{driver}"), 30, "the driver to end")
         assert_nothing_left(yarn, job, app_ids(yarn.status(job)))
     finally:
         yarn.run("cancel", job)
