@@ -26,6 +26,8 @@ $FAKE_HANG_AT_EXIT_RANKS ("0,1"): those workers block in an atexit handler after
            code has finished, as MXNet's dist kvstore does at exit; $FAKE_BLOCK_RANK: that
            worker blocks for good (no CPU, no output) where it would exit, as a worker
            waiting in a push or pull for a peer that has finished.
+Servers and workers first wait at mxbatch's start gate, as MXNet's import does under
+the role hook (``sitecustomize.mxbatch_wait_for_scheduler``).
 With $FAKE_JOIN set, servers and workers first connect to the scheduler's address, as
 ps-lite's do (retrying for up to 30 s), and say so ("joined IP:PORT").
 """
@@ -41,6 +43,15 @@ import threading
 import time
 
 role = os.environ["DMLC_ROLE"]
+
+# Like MXNet's import through mxbatch's role hook: a member started before its scheduler
+# listens waits here (the start gate) until it does.
+try:
+    import sitecustomize
+except ImportError:
+    sitecustomize = None
+if hasattr(sitecustomize, "mxbatch_wait_for_scheduler"):
+    sitecustomize.mxbatch_wait_for_scheduler()
 
 
 def _connect_to_scheduler():

@@ -188,7 +188,8 @@ def test_two_jobs_sharing_a_one_port_range_never_join_each_other(cli, tmp_path):
     reason = cli.status(lost)["reason"]
     assert re.search(rf"scheduler\[0\]: no free port in {port}-{port}; .*port {port}\b", reason), \
         reason
-    for role in ("server", "worker"):  # its members never started
-        assert not (task_record(cli.run_dir(lost), role, 0) or {}).get("pid")
+    for role in ("server", "worker"):  # its members never went past their start gate
+        record = task_record(cli.run_dir(lost), role, 0) or {}
+        assert not record.get("joined_at") and not record.get("reached_at"), record
     for job in jobs:
         assert_no_processes(job)

@@ -193,13 +193,13 @@ class Agent:
         self._handle_signal(wall, mono)  # before starting anything more
         self._launch(wall, mono)
         for runner in self.runners:  # the scheduler (task 0) first
-            announced = runner.announced
+            published = runner.publication
             try:
                 runner.step(wall, mono, self.workers_done_seen)
             except (TaskFailed, AttemptEnds) as ended:
                 self._abort(ended.abort)
             self._register(runner)
-            if runner.announced and not announced:  # members here need not poll
+            if runner.publication is not published:  # members here need not poll
                 for member in self.runners:
                     member.look_for_scheduler_now()
         self._handle_signal(wall, mono)

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Tuple
 
 from .attempts import RestartPlan
 from .container import ContainerPlan
+from .gate import MemberStart
 from .layout import RunLayout, task_name
 from .roles import Role
 
@@ -67,6 +68,9 @@ class RunPlan:
     # (MXNet's exit hang); a worker using no CPU and writing nothing this long while
     # another worker has finished fails the job (a dist_sync deadlock). None: neither
     exit_timeout_s: Optional[float] = 60.0
+    # when servers and workers start their roles: with the scheduler, held before
+    # ps-lite until it listens (``gate``), or only once it listens
+    member_start: MemberStart = MemberStart.EARLY
     # how often supervisors look for the abort record: often on one machine, about
     # once a second on shared storage
     abort_poll_s: float = DEFAULT_ABORT_POLL_S
@@ -122,4 +126,5 @@ class RunPlan:
         if data.get("container") is not None:
             data["container"] = ContainerPlan.from_dict(data["container"])
         data["restarts"] = RestartPlan.from_dict(data.get("restarts"))
+        data["member_start"] = MemberStart(data.get("member_start", MemberStart.EARLY))
         return cls(**data)

@@ -1,5 +1,6 @@
 """The ``sitecustomize`` every role's Python runs first: it ends a role at once on an
-uncaught exception, and reports what the role runs and when its code has finished.
+uncaught exception, reports what the role runs and when its code has finished, and
+holds a member before ps-lite until its scheduler listens.
 
 - **Exceptions.** Plain MXNet prints the traceback and then blocks forever in the
   kvstore's exit barrier, so every other role blocks too. The hook prints the
@@ -19,6 +20,12 @@ uncaught exception, and reports what the role runs and when its code has finishe
   ``_notify_shutdown`` and ``KVStore.__del__`` hang). An uncaught exception,
   ``os._exit`` or a signal reports no ``finished``; ``sys.exit(n)`` does (the hook
   cannot see ``n``).
+- **The start gate** (``gate``): a server or worker started before its scheduler
+  listens carries ``MXBATCH_GATE``; the hook then holds MXNet's ``kvstore.create`` of a
+  dist kvstore (where ps-lite connects: a server's during ``import mxnet``, a worker's
+  in its script) until the gate opens; the rest of MXNet's import goes on.
+  ``mxbatch_wait_for_scheduler()`` is the same wait for any program of the role to
+  call.
 
 Any ``sitecustomize`` that was already on the path is still imported after ours. The
 text runs on any Python the role may use (3.8 and later), and nothing it does may
@@ -27,7 +34,7 @@ raise into the role.
 
 import os
 
-from . import notes, wire
+from . import gate, notes, wire
 from .files import atomic_write
 
 _TEMPLATE = r'''
@@ -165,6 +172,77 @@ def _mxbatch_report_start():
     threading._shutdown = _mxbatch_shutdown
 
 
+def mxbatch_wait_for_scheduler():
+    """Wait here until this job's scheduler listens (its supervisor closes the gate,
+    ``runtime/gate.py``); return at once when the role has no gate. Call it before a
+    program of the role connects to the scheduler (MXNet's own import does, through
+    the hook)."""
+    value = os.environ.pop(%(gate)r, "")  # once open, this process's children need none
+    fd, sep, inode = value.partition(":")
+    if not (sep and fd.isdigit() and inode.isdigit()):
+        return
+    try:
+        if os.fstat(int(fd)).st_ino != int(inode):
+            return  # the descriptor is no longer the gate
+        while os.read(int(fd), 4096):
+            pass
+    except OSError:
+        return
+    try:
+        os.close(int(fd))
+    except OSError:
+        pass
+
+
+def _mxbatch_gated(create):
+    """MXNet's ``kvstore.create``, held at the gate when it makes a dist kvstore (the
+    call where a server's or worker's ps-lite connects to the scheduler)."""
+    def create_after_the_gate(name="local", *args, **kwargs):
+        if isinstance(name, str) and name.lower().startswith("dist"):
+            mxbatch_wait_for_scheduler()
+        return create(name, *args, **kwargs)
+    for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
+        setattr(create_after_the_gate, attribute, getattr(create, attribute, None))
+    create_after_the_gate.__wrapped__ = create
+    create_after_the_gate._mxbatch_gated = True
+    return create_after_the_gate
+
+
+class _MxbatchGate(object):
+    """Wraps ``create`` of the MXNet module that defines it as soon as that module has
+    run, before anything (a server's ``kvstore_server``, the package's re-export) takes
+    it: so the connect waits, and everything else of MXNet's import goes on."""
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name not in %(held)r:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is cls or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        run = getattr(spec.loader, "exec_module", None)
+        if run is None:
+            return spec
+
+        def exec_module(module):
+            run(module)
+            create = getattr(module, "create", None)
+            if callable(create) and not getattr(create, "_mxbatch_gated", False):
+                module.create = _mxbatch_gated(create)
+
+        try:
+            spec.loader.exec_module = exec_module
+        except (AttributeError, TypeError):
+            pass
+        return spec
+
+
 def _mxbatch_chain():
     here = os.path.dirname(os.path.abspath(__file__))
     ours = sys.modules.pop("sitecustomize", None)
@@ -183,6 +261,8 @@ def _mxbatch_chain():
 
 sys.excepthook = _mxbatch_excepthook
 atexit.register(_mxbatch_restore)
+if os.environ.get(%(gate)r):
+    sys.meta_path.insert(0, _MxbatchGate)
 _mxbatch_report_start()
 _mxbatch_chain()
 '''
@@ -190,7 +270,8 @@ _mxbatch_chain()
 #: the text of ``sitecustomize.py``
 SITECUSTOMIZE = _TEMPLATE % {"role": wire.ROLE, "rank": wire.RANK, "owner": wire.HOOK_OWNER,
                              "prefix": notes.HOOK_PREFIX, "started": wire.HookEvent.STARTED.value,
-                             "finished": wire.HookEvent.FINISHED.value}
+                             "finished": wire.HookEvent.FINISHED.value, "gate": wire.GATE,
+                             "held": gate.HELD_MODULES}
 
 
 def install(directory: str) -> str:

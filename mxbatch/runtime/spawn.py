@@ -131,9 +131,11 @@ def check_executable(program: str, env: Mapping[str, str], cwd: str) -> None:
 
 
 def spawn_role(argv: Sequence[str], *, cwd: str, env: Dict[str, str], output_fd: int,
-               core_dumps: bool, deathsig: int) -> subprocess.Popen:
+               core_dumps: bool, deathsig: int,
+               pass_fds: Sequence[int] = ()) -> subprocess.Popen:
     """Start ``argv`` as a role (see the module docstring): in ``cwd`` with exactly
-    ``env``, stdin from /dev/null, stdout and stderr to ``output_fd``, in a session and
+    ``env``, stdin from /dev/null, stdout and stderr to ``output_fd``, ``pass_fds``
+    open (under the same numbers; every other descriptor closed), in a session and
     process group of its own, dying with this process by ``deathsig``, and writing no
     core file unless ``core_dumps``. Raises ``OSError`` when it cannot start (nothing
     is left running then)."""
@@ -152,14 +154,15 @@ def spawn_role(argv: Sequence[str], *, cwd: str, env: Dict[str, str], output_fd:
         try:
             proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                     stdout=output_fd, stderr=output_fd,
-                                    start_new_session=True)
+                                    start_new_session=True, pass_fds=tuple(pass_fds))
         except OSError:
             if command[0] != _setpriv_found.get("path"):
                 raise
             _setpriv_found["path"] = None  # setpriv cannot run here: the Python wrapper
             proc = subprocess.Popen(deathsig_command(argv, deathsig), cwd=cwd, env=env,
                                     stdin=subprocess.DEVNULL, stdout=output_fd,
-                                    stderr=output_fd, start_new_session=True)
+                                    stderr=output_fd, start_new_session=True,
+                                    pass_fds=tuple(pass_fds))
     finally:
         if limit is not None:
             resource.setrlimit(resource.RLIMIT_CORE, limit)

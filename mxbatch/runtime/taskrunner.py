@@ -1,7 +1,7 @@
 """One task of an agent: its role process, as a state machine the agent steps.
 
 ``Phase``: QUEUED (waiting for a slot) -> WAITING (a server or worker waiting for the
-scheduler's address) -> RUNNING -> STOPPING (SIGTERM sent, SIGKILL at the grace
+scheduler's address) -> RUNNING (a member first held at its gate) -> STOPPING (SIGTERM sent, SIGKILL at the grace
 deadline) -> DONE. When an attempt ends on preemption or walltime, teardown has one
 more, earlier step: a worker gets the checkpoint signal and may end by itself until
 the checkpoint deadline (CHECKPOINTING), while the other roles keep running for it
@@ -19,9 +19,13 @@ Contract of a role process:
 - the scheduler's runner picks a free port, starts the role and publishes its
   ``SchedulerRecord`` (``listening`` false), then again with ``listening`` once the
   listening socket on that port is the role's own (``listeners``: the kernel's word,
-  not a connect, which another program on the port would accept too); members start
-  their roles only then, so they never join whatever else holds the address (or once
-  the scheduler's role exited with 0 without listening: ``ended``, no ps-lite). A port
+  not a connect, which another program on the port would accept too). Members start
+  their roles on the first record, held at their start gate (``gate``: the role's hook
+  holds its Python before ps-lite), and open the gate only once the scheduler listens,
+  so they never join whatever else holds the address (or once the scheduler's role
+  exited with 0 without listening: ``ended``, no ps-lite); a held member whose scheduler
+  moved to another port is killed and started again. With ``member_start:
+  after_listen``, and in containers, members start their roles only then. A port
   taken between the free-port probe and the role's bind (the role exits with an error
   before listening, or another process listens there) is retried on another port with
   ``attempt + 1``, at most ``SCHEDULER_ATTEMPTS`` times (a role killed by a signal is a
@@ -64,6 +68,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 from . import listeners, net, notes, osbytes, procstat, pyhook, wire
 from .container import Moment, RoleContainer
 from .environ import role_environment
+from .gate import Gate, MemberStart
 from .layout import RunLayout
 from .logfile import TaskLog
 from .metrics import MetricReader
@@ -183,6 +188,8 @@ class TaskRunner:
         self._lost_ports: List[str] = []
         # members
         self._scheduler: Optional[SchedulerRecord] = None
+        #: the start gate of a member started before its scheduler listened (``gate``)
+        self._gate: Optional[Gate] = None
         self._backoff = Backoff(cap=MEMBER_POLL_CAP_S)
         self._next_poll = 0.0
         # stopping
@@ -215,15 +222,28 @@ class TaskRunner:
         return self.phase is Phase.DONE
 
     @property
-    def announced(self) -> bool:
-        """This task is the scheduler and has published a record members may join."""
-        return self._published is not None and self._published.joinable
+    def publication(self) -> Optional[SchedulerRecord]:
+        """This task is the scheduler: the record it published last (a new object each
+        time it publishes), else None."""
+        return self._published
+
+    @property
+    def held(self) -> bool:
+        """A member whose role runs, held at its start gate until the scheduler listens."""
+        return self._gate is not None and self._gate.held and self.phase is Phase.RUNNING
+
+    @property
+    def _starts_early(self) -> bool:
+        """Members start with the scheduler, held by the gate (``gate``); a container
+        cannot inherit the gate, so its members start once the scheduler listens."""
+        return self.plan.member_start is MemberStart.EARLY and self.container is None
 
     def look_for_scheduler_now(self) -> None:
-        """A waiting member looks for the scheduler's record at its next step, not at the
-        end of its backoff: the scheduler's runner, in the same agent, has just
-        published it (the members of a local job start in the loop that saw it)."""
-        if self.phase is Phase.WAITING:
+        """A waiting (or held) member looks for the scheduler's record at its next step,
+        not at the end of its backoff: the scheduler's runner, in the same agent, has just
+        published it (the members of a local job start, or go on, in the loop that saw
+        it)."""
+        if self.phase is Phase.WAITING or self.held:
             self._next_poll = 0.0
 
     # ------------------------------------------------------------------ notes and records
@@ -261,9 +281,16 @@ class TaskRunner:
         if mine is None:
             return
         self.record.environment = mine.to_dict()
+        self._check_environment()
+
+    def _check_environment(self) -> None:
+        """A member whose Python or MXNet differs from its scheduler's cannot run with it
+        (``_mismatch``): known once both have reported (a held member learns the
+        scheduler's when its gate opens)."""
+        mine = RoleEnvironment.parse(self.record.environment or None)
         scheduler = RoleEnvironment.parse(self._scheduler.environment
                                           if self._scheduler is not None else None)
-        if scheduler is not None and mine.mismatch(scheduler):
+        if mine is not None and scheduler is not None and mine.mismatch(scheduler):
             self._mismatch = mismatch_reason(self.label, mine,
                                              self.plan.tasks_of(Role.SCHEDULER)[0].label,
                                              scheduler)
@@ -323,7 +350,8 @@ class TaskRunner:
         else:
             self._next_poll = mono
 
-    def _popen(self, rendezvous_env: Dict[str, str], wall: float, mono: float) -> None:
+    def _popen(self, rendezvous_env: Dict[str, str], wall: float, mono: float,
+               pass_fds: Tuple[int, ...] = ()) -> None:
         hook_dir = pyhook.install(self.plan.layout.pyhook_dir)
         argv, deathsig = list(self.task.argv), signal.SIGKILL
         if self.container is None:
@@ -360,7 +388,8 @@ class TaskRunner:
         read_end, write_end = os.pipe()
         try:
             self.proc = spawn_role(argv, cwd=self.plan.workdir, env=env, output_fd=write_end,
-                                   core_dumps=self.plan.core_dumps, deathsig=deathsig)
+                                   core_dumps=self.plan.core_dumps, deathsig=deathsig,
+                                   pass_fds=pass_fds)
         except OSError as exc:
             os.close(read_end)
             raise self.fail("%s: cannot start %r: %s" % (self.label, argv[0],
@@ -402,7 +431,6 @@ class TaskRunner:
         except (net.NetworkError, OSError) as exc:
             raise self.fail("%s: %s" % (self.label, exc), wall, mono) from None
         self._scheduler = info
-        self.record.joined_at = wall
         env = wire.rendezvous_environment(info.ip, info.port, my_ip)
         port = None
         if self.container is None:  # (a container gets the rendezvous variables only)
@@ -412,7 +440,18 @@ class TaskRunner:
         if port is not None:
             env[wire.PS_NODE_PORT] = str(port)
         self.record.address = "%s:%d" % (my_ip, port) if port is not None else ""
-        self._popen(env, wall, mono)
+        if info.joinable:
+            self.record.joined_at = wall
+            self._popen(env, wall, mono)
+            return
+        self._gate = Gate()
+        env.update(self._gate.environment())
+        try:
+            self._popen(env, wall, mono, pass_fds=(self._gate.read_fd,))
+        finally:
+            self._gate.started()
+        self._set(TaskState.RUNNING, "held before ps-lite until the scheduler listens")
+        self._next_poll, self._backoff = mono, Backoff(cap=MEMBER_POLL_CAP_S)
 
     # ------------------------------------------------------------------ stepping
     def step(self, wall: float, mono: float, workers_done_seen: Optional[float]) -> None:
@@ -433,14 +472,61 @@ class TaskRunner:
         if mono < self._next_poll:
             return
         info = self.rdv.read_scheduler()
-        if info is not None and info.job_id == self.plan.job_id and info.joinable:
+        if info is not None and info.job_id == self.plan.job_id and (
+                info.joinable or self._starts_early):
             self._start_member(info, wall, mono)
             return
+        self._check_startup_deadline(wall, mono)
+        self._next_poll = mono + self._backoff.next()
+
+    def _check_startup_deadline(self, wall: float, mono: float) -> None:
+        """A member waiting (or held) for its scheduler past the startup deadline fails."""
         if wall > self.plan.startup_deadline:
             raise self.fail("%s: the scheduler was not listening before the startup "
                             "deadline (%gs)" % (self.label, self.plan.startup_timeout_s),
                             wall, mono)
+
+    def _mind_gate(self, wall: float, mono: float) -> None:
+        """A held member: open its gate once the scheduler it started with listens (or
+        has ended without ps-lite); start it again should the scheduler have moved to
+        another port (its attempt there was lost before it listened)."""
+        if mono < self._next_poll:
+            return
+        held = self._scheduler
+        assert held is not None and self._gate is not None
+        info = self.rdv.read_scheduler()
+        if info is not None and info.job_id == self.plan.job_id:
+            if (info.ip, info.port, info.attempt) != (held.ip, held.port, held.attempt):
+                self._start_again(info, wall, mono)
+                return
+            if info.joinable:
+                self._gate.open()
+                self.say("the scheduler %s: going on" % ("listens" if info.listening
+                                                         else "has ended"))
+                self._scheduler = info
+                self.record.joined_at = wall
+                self._set(TaskState.RUNNING, "")
+                self._check_environment()
+                return
+        self._check_startup_deadline(wall, mono)
         self._next_poll = mono + self._backoff.next()
+
+    def _start_again(self, info: SchedulerRecord, wall: float, mono: float) -> None:
+        """The held role waits for a scheduler address that is gone: end it (it is held
+        before ps-lite, so nothing of it has joined anything) and start it anew for
+        ``info``."""
+        assert self.proc is not None and self._gate is not None
+        self.say("the scheduler moved to %s (its attempt %d): starting again"
+                 % (info.address, info.attempt))
+        _killpg(self.proc.pid, signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=RESTART_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.say("the role (pid %d) outlived SIGKILL for %gs: going on anyway"
+                     % (self.proc.pid, RESTART_WAIT_S))
+        self.drain_output(mono)
+        self._gate.close()
+        self._start_member(info, wall, mono)
 
     def _run(self, wall: float, mono: float, workers_done_seen: Optional[float]) -> None:
         assert self.proc is not None
@@ -451,6 +537,9 @@ class TaskRunner:
         code = self.proc.poll()
         if code is not None:
             self._exited(code, wall, mono)
+            return
+        if self.held:
+            self._mind_gate(wall, mono)
             return
         self._check_exit_hang(wall, mono)
         if self.phase is not Phase.RUNNING:
@@ -732,6 +821,8 @@ class TaskRunner:
             return
         code = self.proc.poll()
         _killpg(self.proc.pid, signal.SIGKILL)
+        if self._gate is not None:
+            self._gate.close()  # after the SIGKILL: a held role never goes on to ps-lite
         self._remove_container(Moment.AGENT_ENDING, code)
 
     def _remove_container(self, moment: Moment, client_code: Optional[int] = -1) -> bool:
@@ -753,6 +844,8 @@ class TaskRunner:
         return True
 
     def _finish(self, state: TaskState, wall: Optional[float]) -> None:
+        if self._gate is not None:
+            self._gate.close()
         if self.proc is not None and self.record.exit_code is None:
             code = self.proc.poll()
             self.record.exit_code, self.record.signal = code, signal_name(code or 0)
@@ -781,8 +874,8 @@ class TaskRunner:
         if self.phase is not Phase.RUNNING:
             self.record.idle_s = self.record.stopped_s = 0.0
             return
-        if stat is not None and stat.cpu_ticks != self._cpu_ticks:
-            if self._cpu_ticks is not None:
+        if (stat is not None and stat.cpu_ticks != self._cpu_ticks) or self.held:
+            if self._cpu_ticks is not None or self.held:  # waiting at the gate is no stall
                 self._progress_at = mono
             self._cpu_ticks = stat.cpu_ticks
         if stat is not None and stat.leader_stopped:

@@ -33,6 +33,10 @@ METRIC_LINE = "MXBATCH_METRIC"
 #: (the first one started; its children see the variable and stay silent)
 HOOK_OWNER = "MXBATCH_HOOK_PID"
 
+#: a server's or worker's start gate (``gate``): ``<fd>:<inode>`` of the pipe whose end
+#: of file lets its Python go on to ps-lite (the scheduler listens)
+GATE = "MXBATCH_GATE"
+
 #: the prefixes of mxbatch's and ps-lite's variables: never inherited from the submitter
 OWN_PREFIXES = ("DMLC_", "MXBATCH_")
 

@@ -31,6 +31,7 @@ from .schema import (
     ContainerSpec,
     GpuMode,
     JobSpec,
+    MemberStart,
     NetworkSpec,
     RendezvousSpec,
     Resources,
@@ -479,6 +480,16 @@ def _network(value: Any, key_path: KeyPath, locations: Locations,
     return NetworkSpec(interface=iface, port_low=low, port_high=high)
 
 
+def choice(enum_class: Any) -> Callable[[Any, KeyPath], Any]:
+    """A key's parser that takes one of ``enum_class``'s values (its member)."""
+    def parse(v: Any, _: KeyPath) -> Any:
+        choices = [c.value for c in enum_class]
+        if v not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {v!r}")
+        return enum_class(v)
+    return parse
+
+
 def _rendezvous(value: Any, key_path: KeyPath, locations: Locations,
                 base_dir: Path, errors: _Errors) -> RendezvousSpec:
     section = _Section(value, key_path, locations, "rendezvous", errors)
@@ -495,6 +506,7 @@ def _rendezvous(value: Any, key_path: KeyPath, locations: Locations,
                                          defaults.heartbeat_timeout_s),
         stall_timeout_s=_duration_or_null(section, "stall_timeout", defaults.stall_timeout_s),
         exit_timeout_s=_duration_or_null(section, "exit_timeout", defaults.exit_timeout_s),
+        member_start=section.take("member_start", choice(MemberStart), defaults.member_start),
     )
     section.finish()
     return result
@@ -562,14 +574,6 @@ def _restarts(value: Any, key_path: KeyPath, locations: Locations,
 def _container(value: Any, key_path: KeyPath, locations: Locations,
                errors: _Errors) -> ContainerSpec:
     section = _Section(value, key_path, locations, "container", errors)
-
-    def choice(enum_class: Any) -> Callable[[Any, KeyPath], Any]:
-        def parse(v: Any, _: KeyPath) -> Any:
-            choices = [c.value for c in enum_class]
-            if v not in choices:
-                raise ValueError(f"expected one of {', '.join(choices)}, got {v!r}")
-            return enum_class(v)
-        return parse
 
     def image(v: Any, _: KeyPath) -> str:
         if not isinstance(v, str) or not v.strip():

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional, Tuple
 from ..errors import SpecError
 from ..runtime.attempts import DEFAULT_ON
 from ..runtime.container import ContainerRuntime, GpuMode
+from ..runtime.gate import MemberStart
 from ..runtime.roles import Role
 from ..runtime.states import EndReason
 from .located import KeyPath, Locations
@@ -121,6 +122,12 @@ class RendezvousSpec:
         "output this long while another worker has finished fails the job (a dist_sync "
         "deadlock); null: neither; launch --exit-timeout",
         key="exit_timeout", type="duration or null", default_text="60s", default=60.0)
+    member_start: MemberStart = spec_field(
+        "when servers and workers start: early (with the scheduler; their Python is held "
+        "just before MXNet connects, until the scheduler listens, so MXNet imports in "
+        "parallel) or after_listen (once the scheduler listens: for members whose program "
+        "is not Python, or runs without site, python -S or -I)",
+        type="early or after_listen", default_text="early", default=MemberStart.EARLY)
 
 
 @dataclasses.dataclass(frozen=True)
