@@ -90,6 +90,10 @@ from .states import (
 SCHEDULER_ATTEMPTS = 3
 #: how often a waiting member looks for the scheduler's record at most
 MEMBER_POLL_CAP_S = 0.5
+#: how often a held member looks at most: it waits for the scheduler's import (a second
+#: or two), and every look it misses the listen by is start-up time; 5 small reads a
+#: second a member, for that long, is what it costs
+HELD_POLL_CAP_S = 0.2
 #: how often the scheduler's runner asks who listens on its port, until its role does
 LISTEN_CHECK_S = 0.1
 #: how long the scheduler's runner waits for a SIGKILLed attempt's role at most
@@ -451,7 +455,7 @@ class TaskRunner:
         finally:
             self._gate.started()
         self._set(TaskState.RUNNING, "held before ps-lite until the scheduler listens")
-        self._next_poll, self._backoff = mono, Backoff(cap=MEMBER_POLL_CAP_S)
+        self._next_poll, self._backoff = mono, Backoff(cap=HELD_POLL_CAP_S)
 
     # ------------------------------------------------------------------ stepping
     def step(self, wall: float, mono: float, workers_done_seen: Optional[float]) -> None:
