@@ -1,8 +1,8 @@
 """The start gate: a member's Python is held where MXNet's ps-lite would connect (the
-create of a dist kvstore) until its supervisor opens the gate; nothing else is held; a descriptor that is no longer the
-gate's holds nothing. And the job: members start with the scheduler, go on when it
-listens (and start again when it moves to another port: ``test_local.py``), and wait
-for it with ``member_start: after_listen``."""
+create of a dist kvstore) until its supervisor opens the gate; nothing else is held; a
+descriptor that is no longer the gate's holds nothing. And the job: members start with
+the scheduler, go on when it listens (and start again when it moves to another port:
+``test_local.py``), and wait for it with ``member_start: after_listen``."""
 
 import json
 import os
@@ -62,16 +62,9 @@ def blocked_reading(pid, fd):
     return len(fields) > 1 and fields[0] == str(SYS_READ) and int(fields[1], 16) == fd
 
 
-def test_the_dist_kvstore_create_waits_until_the_gate_opens(tmp_path):
-    held = gate.Gate()
-    fd = held.read_fd
-    proc = start_held(tmp_path, "import mxnet; print('imported', flush=True); "
-                                "mxnet.kv.create('local'); "
-                                "assert mxnet.kvstore.kvstore_server.CREATE is mxnet.kv.create; "
-                                "mxnet.kv.create('dist_sync')", held)
+def release_when_held(proc, held, fd):
+    """Wait until ``proc`` reads the gate (held), open it, and return its output."""
     try:
-        assert proc.stdout.readline() == "imported\n"  # the import is not held
-        assert proc.stdout.readline() == "local\n"  # nor a local kvstore
         wait_for(lambda: blocked_reading(proc.pid, fd), 30, "the role to wait at the gate")
         assert proc.poll() is None
         held.open()
@@ -80,7 +73,19 @@ def test_the_dist_kvstore_create_waits_until_the_gate_opens(tmp_path):
         held.close()
         proc.kill()
     assert proc.returncode == 0, err
-    assert out == "ps-lite starts\n"
+    return out
+
+
+def test_the_dist_kvstore_create_waits_until_the_gate_opens(tmp_path):
+    held = gate.Gate()
+    fd = held.read_fd
+    proc = start_held(tmp_path, "import mxnet; print('imported', flush=True); "
+                                "mxnet.kv.create('local'); "
+                                "assert mxnet.kvstore.kvstore_server.CREATE is mxnet.kv.create; "
+                                "mxnet.kv.create('dist_sync')", held)
+    assert proc.stdout.readline() == "imported\n"  # the import is not held
+    assert proc.stdout.readline() == "local\n"  # nor a local kvstore
+    assert release_when_held(proc, held, fd) == "ps-lite starts\n"
 
 
 def test_no_gate_and_a_stale_descriptor_hold_nothing(tmp_path):
@@ -97,15 +102,8 @@ def test_a_program_of_the_role_may_wait_at_the_gate_itself(tmp_path):
     code = ("import os, sitecustomize; sitecustomize.mxbatch_wait_for_scheduler(); "
             "print(%r in os.environ)" % wire.GATE)
     proc = start_held(tmp_path, code, held)
-    try:
-        wait_for(lambda: blocked_reading(proc.pid, fd), 30, "the program to wait")
-        held.open()
-        out, err = proc.communicate(timeout=30)
-    finally:
-        held.close()
-        proc.kill()
-    assert proc.returncode == 0, err
-    assert out == "False\n"  # once open, the role's later programs are not held
+    # once open, the role's later programs are not held
+    assert release_when_held(proc, held, fd) == "False\n"
 
 
 def records(run_dir):

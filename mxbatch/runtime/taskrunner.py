@@ -1,12 +1,12 @@
 """One task of an agent: its role process, as a state machine the agent steps.
 
 ``Phase``: QUEUED (waiting for a slot) -> WAITING (a server or worker waiting for the
-scheduler's address) -> RUNNING (a member first held at its gate) -> STOPPING (SIGTERM sent, SIGKILL at the grace
-deadline) -> DONE. When an attempt ends on preemption or walltime, teardown has one
-more, earlier step: a worker gets the checkpoint signal and may end by itself until
-the checkpoint deadline (CHECKPOINTING), while the other roles keep running for it
-(HOLDING); then STOPPING as always. ``step`` never blocks for long: the agent calls
-it for every task every few tens of milliseconds.
+scheduler's address) -> RUNNING (a member first held at its gate) -> STOPPING (SIGTERM
+sent, SIGKILL at the grace deadline) -> DONE. When an attempt ends on preemption or
+walltime, teardown has one more, earlier step: a worker gets the checkpoint signal
+and may end by itself until the checkpoint deadline (CHECKPOINTING), while the other
+roles keep running for it (HOLDING); then STOPPING as always. ``step`` never blocks
+for long: the agent calls it for every task every few tens of milliseconds.
 
 Contract of a role process:
 - it runs in its own process group (new session), dies with its agent
