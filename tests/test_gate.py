@@ -150,3 +150,13 @@ def test_after_listen_starts_members_once_the_scheduler_listens(cli, tmp_path):
         assert final[name]["joined_at"] == listening <= final[name]["exec_at"]
         assert wire.GATE not in json.dumps(final[name])
     assert_no_processes(job)
+
+
+def test_members_that_end_while_held_end_the_job_cleanly(cli, tmp_path):
+    """Members that are not Python (not held) end before the scheduler listens: the agent
+    observes their groups gone while they count as held, and goes on (it once crashed)."""
+    command = "case $DMLC_ROLE in scheduler) sleep 2;; *) echo hi;; esac"
+    result = cli.run("launch", "-n", "4", "-s", "1", "--", "sh", "-c", command,
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert_no_processes(result.stdout.split()[0])

@@ -878,8 +878,10 @@ class TaskRunner:
         if self.phase is not Phase.RUNNING:
             self.record.idle_s = self.record.stopped_s = 0.0
             return
-        if (stat is not None and stat.cpu_ticks != self._cpu_ticks) or self.held:
-            if self._cpu_ticks is not None or self.held:  # waiting at the gate is no stall
+        if self.held:  # waiting at the gate is no stall
+            self._progress_at = mono
+        if stat is not None and stat.cpu_ticks != self._cpu_ticks:
+            if self._cpu_ticks is not None:
                 self._progress_at = mono
             self._cpu_ticks = stat.cpu_ticks
         if stat is not None and stat.leader_stopped:
