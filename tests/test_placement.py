@@ -1,7 +1,9 @@
 """Placement sources (backends/hosts/placement.py): allocation node files, SGE's
-PE_HOSTFILE and a Slurm allocation's nodes, parsed from real files; and through the CLI:
---launcher ssh/mpi without -H takes the node file (render and doctor name it), bad node
-files, an in-allocation backend outside an allocation (exit 2, nothing created)."""
+PE_HOSTFILE and a Slurm allocation's nodes, parsed from real files; the GPUs of a Slurm
+allocation's nodes from ``scontrol show job -d`` (its text as Slurm 22.05 prints it) and
+the placement of tasks that ask for GPUs; and through the CLI: --launcher ssh/mpi
+without -H takes the node file (render and doctor name it), bad node files, an
+in-allocation backend outside an allocation (exit 2, nothing created)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mxbatch.backends.hosts import placement
-from mxbatch.backends.hosts.hostfile import Host
+from mxbatch.backends.hosts.hostfile import GpuShortage, Host
 from mxbatch.errors import SpecError
 
 from .conftest import FAKEROLE, cluster_environment
@@ -94,6 +96,64 @@ def test_a_slurm_allocation_fills_its_nodes_by_cpus_or_deals_evenly(monkeypatch)
     found = placement.slurm_allocation(env, tasks=5)
     assert all(h.slots is None for h in found.hosts)
     assert found.deal(5) == [0, 1, 2, 0, 1] and "roles share a node's CPUs" in found.source
+
+
+#: ``scontrol show job -d`` of ``salloc -N 2 --gres=gpu:2`` on the test cluster (Slurm
+#: 22.05.8), trimmed
+SHOW_JOB = """\
+JobId=8 JobName=interactive
+   JobState=RUNNING Reason=None Dependency=(null)
+   NodeList=mxbh[1-2]
+   BatchHost=mxbh1
+   NumNodes=2 NumCPUs=2 NumTasks=2 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
+   TRES=cpu=2,node=2,billing=2
+   JOB_GRES=gpu:4
+     Nodes=mxbh1 CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0-1)
+     Nodes=mxbh2 CPU_IDs=3 Mem=0 GRES=gpu:2(IDX:0-1)
+   MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0
+   TresPerNode=gres:gpu:2
+"""
+
+
+def test_the_gpus_of_each_node_from_scontrol_show_job_details():
+    assert placement.job_gpus(SHOW_JOB) == [("mxbh1", 2), ("mxbh2", 2)]
+    # salloc --gpus=3 -N 2: uneven; identical nodes compressed; no GRES at all
+    text = ("     Nodes=mxbh1 CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0-1)\n"
+            "     Nodes=mxbh2 CPU_IDs=3 Mem=0 GRES=gpu:1(IDX:0)\n"
+            "     Nodes=gpu[1-4] CPU_IDs=0-3 Mem=1024 GRES=\n"
+            "   ReqNodeList=(null) ExcNodeList=(null)\n   NumNodes=2\n")
+    assert placement.job_gpus(text) == [("mxbh1", 2), ("mxbh2", 1), ("gpu[1-4]", 0)]
+    assert placement.job_gpus("JobId=9 JobName=x\n   NodeList=n1\n") == []
+
+
+@pytest.mark.parametrize("gres,gpus", [
+    ("gpu:2(IDX:0-1)", 2), ("gpu:a100:1(IDX:3)", 1), ("gpu(IDX:0-1,3)", 3),
+    ("gpu:a100:1(IDX:3),gpu:v100:2(IDX:0-1)", 3), ("mps:100(0/100),gpu:4(IDX:0-3)", 4),
+    ("gpu:2", 2), ("gpu:2(IDX:N/A)", 2), ("", 0), ("mps:100(0/100)", 0), ("gpuX:2", 0),
+])
+def test_a_nodes_gres_value_counts_its_gpus(gres, gpus):
+    assert placement.gres_gpus(gres) == gpus
+
+
+def test_gpus_bound_the_tasks_a_node_takes():
+    hosts = (Host("a"), Host("b"))
+    # scheduler, server, 4 workers of 1 GPU over 2 nodes of 2: two workers a node
+    found = placement.Placement(hosts, "test", gpus=(2, 2))
+    assert found.deal(6, [0, 0, 1, 1, 1, 1]) == [0, 1, 0, 1, 0, 1]
+    # a node without GPUs takes only tasks without: the workers go to the other
+    found = placement.Placement(hosts, "test", gpus=(0, 2))
+    assert found.deal(4, [0, 0, 1, 1]) == [0, 1, 1, 1]
+    with pytest.raises(GpuShortage, match=r"ask for 3 GPUs in all but the hosts hold 2 "
+                                          r"\(a: 0, b: 2\)") as short:
+        found.deal(4, [0, 1, 1, 1])
+    assert short.value.task is None
+    # enough in all, but no node holds 3
+    found = placement.Placement(hosts, "test", gpus=(2, 2))
+    with pytest.raises(GpuShortage, match=r"no host with a free slot has 3 GPUs left") as short:
+        found.deal(3, [0, 0, 3])
+    assert short.value.task == 2
+    # not counted: GPUs are not placed (ssh hosts, an SGE parallel job)
+    assert placement.Placement(hosts, "test").deal(3, [0, 9, 9]) == [0, 1, 0]
 
 
 # ----------------------------------------------------------------------------- the CLI
