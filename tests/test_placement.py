@@ -3,10 +3,13 @@ PE_HOSTFILE and a Slurm allocation's nodes, parsed from real files; the GPUs of 
 allocation's nodes from ``scontrol show job -d`` (its text as Slurm 22.05 prints it) and
 the placement of tasks that ask for GPUs; and through the CLI: --launcher ssh/mpi
 without -H takes the node file (render and doctor name it), bad node files, an
-in-allocation backend outside an allocation (exit 2, nothing created)."""
+in-allocation backend outside an allocation (exit 2, nothing created), the steps of a
+GPU job inside a Slurm allocation (a stand-in scontrol on PATH) and too few GPUs."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -231,9 +234,113 @@ def test_a_pe_hostfile_without_enough_slots_exits_2(cli, tmp_path):
     assert cli.run_dirs() == []
 
 
-def _spec(tmp_path: Path, extra: str = "") -> Path:
+#: a stand-in ``scontrol`` for a GPU allocation without a cluster: ``show hostnames``
+#: expands ``n[1-2]``-style lists, ``show job -d`` prints $FAKE_SHOW_JOB (exit 1 if unset)
+FAKE_SCONTROL = f"""#!{sys.executable}
+import os, re, sys
+args = sys.argv[1:]
+if args[:2] == ["show", "hostnames"]:
+    for part in re.findall(r"[^,\\[]+(?:\\[[^]]*\\])?", args[2]):
+        m = re.fullmatch(r"(.*)\\[(\\d+)-(\\d+)\\]", part)
+        names = [m.group(1) + str(i) for i in range(int(m.group(2)), int(m.group(3)) + 1)] \\
+            if m else [part]
+        print("\\n".join(names))
+elif args[:3] == ["show", "job", "-d"] and os.environ.get("FAKE_SHOW_JOB"):
+    print(open(os.environ["FAKE_SHOW_JOB"]).read())
+else:
+    sys.exit("scontrol: unexpected " + " ".join(args))
+"""
+
+
+def _allocation(tmp_path: Path, show_job: str = SHOW_JOB) -> dict:
+    """The environment of a shell in ``salloc -N 2`` (job 8), with a stand-in scontrol."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(FAKE_SCONTROL)
+    scontrol.chmod(0o755)
+    (tmp_path / "show-job").write_text(show_job)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "8",
+            "SLURM_JOB_NODELIST": "mxbh[1-2]", "SLURM_JOB_CPUS_PER_NODE": "1(x2)",
+            "FAKE_SHOW_JOB": str(tmp_path / "show-job")}
+
+
+def _srun_lines(text: str) -> list:
+    return [line for line in text.splitlines() if line.startswith("srun: ")]
+
+
+def test_the_steps_of_a_gpu_job_in_a_slurm_allocation_ask_for_their_nodes_gpus(cli,
+                                                                               tmp_path):
+    """4 workers of 1 GPU over 2 nodes of 2: each node's step asks for 2, with srun's GPU
+    request variables removed; its agent is told to share them out. A job that asks for
+    no GPUs renders its steps as before, without asking slurmctld anything."""
+    spec = _spec(tmp_path, "", workers="{count: 4, resources: {gpus: 1}}")
+    env = _allocation(tmp_path)
+    result = cli.run("render", "--backend", "slurm", str(spec), env=env)
+    assert result.returncode == 0, result.stderr
+    assert "GPUs (scontrol show job -d): mxbh1 2, mxbh2 2" in result.stdout
+    steps = _srun_lines(result.stdout)
+    assert len(steps) == 2, result.stdout
+    for node, line in zip(("mxbh1", "mxbh2"), steps):
+        assert line.startswith("srun: env -u SLURM_GPUS -u SLURM_GPUS_PER_NODE "), line
+        assert f"--nodelist={node} " in line and " --gres=gpu:2 " in line, line
+    assert result.stdout.count("MXBATCH_GPU_SHARES=1") == 2, result.stdout
+    # the same job without GPUs: no scontrol show job (the stand-in would fail it)
+    plain = _spec(tmp_path, "")
+    result = cli.run("render", "--backend", "slurm", str(plain),
+                     env=dict(env, FAKE_SHOW_JOB=""))
+    assert result.returncode == 0, result.stderr
+    assert "GPUs" not in result.stdout and "MXBATCH_GPU_SHARES" not in result.stdout
+    assert all(line.startswith("srun: srun --jobid=8 ") and "--gres" not in line
+               for line in _srun_lines(result.stdout)), result.stdout
+
+
+def test_a_node_whose_tasks_ask_for_no_gpu_gets_a_step_without_any(cli, tmp_path):
+    """1 worker of 1 GPU: it goes with the scheduler (task 2 on the first node again),
+    and the server's node's step asks for none (--gres=none: a step that asks for
+    nothing would get all of the node's)."""
+    spec = _spec(tmp_path, "", workers="{count: 1, resources: {gpus: 1}}")
+    result = cli.run("render", "--backend", "slurm", str(spec), env=_allocation(tmp_path))
+    assert result.returncode == 0, result.stderr
+    first, second = _srun_lines(result.stdout)
+    assert "--nodelist=mxbh1 " in first and " --gres=gpu:1 " in first, first
+    assert "--nodelist=mxbh2 " in second and " --gres=none " in second, second
+
+
+@pytest.mark.parametrize("workers,show_job,words", [
+    ("{count: 5, resources: {gpus: 1}}", SHOW_JOB,
+     "the job's tasks ask for 5 GPUs in all but the hosts hold 4 (mxbh1: 2, mxbh2: 2)"),
+    ("{count: 1, resources: {gpus: 3}}", SHOW_JOB,
+     "worker[0] asks for 3 GPUs, but no host with a free slot has 3 GPUs left for it"),
+    ("{count: 1, resources: {gpus: 1}}", SHOW_JOB.replace("gpu:2(IDX:0-1)", ""),
+     "the job's tasks ask for 1 GPUs in all but the hosts hold 0 (mxbh1: 0, mxbh2: 0)"),
+])
+def test_too_few_gpus_in_the_allocation_exits_2_and_starts_nothing(cli, tmp_path, workers,
+                                                                   show_job, words):
+    spec = _spec(tmp_path, "", workers=workers)
+    result = cli.run("submit", "--backend", "slurm", str(spec),
+                     env=_allocation(tmp_path, show_job))
+    assert result.returncode == 2, result.stderr
+    assert "Slurm allocation 8 (SLURM_JOB_NODELIST=mxbh[1-2])" in result.stderr
+    assert words in result.stderr, result.stderr
+    assert "--gres=gpu:N (N a node)" in result.stderr
+    assert "nothing was started" in result.stderr and "Traceback" not in result.stderr
+    assert cli.run_dirs() == [] and not (cli.home / "jobs").exists()
+
+
+def test_an_allocation_whose_gpus_cannot_be_read_exits_3(cli, tmp_path):
+    spec = _spec(tmp_path, "", workers="{count: 1, resources: {gpus: 1}}")
+    result = cli.run("submit", "--backend", "slurm", str(spec),
+                     env=dict(_allocation(tmp_path), FAKE_SHOW_JOB=""))
+    assert result.returncode == 3, result.stderr
+    assert "scontrol show job -d 8 failed (needed to read the GPUs of the allocation): " \
+           "scontrol: unexpected show job -d 8" in result.stderr, result.stderr
+    assert cli.run_dirs() == []
+
+
+def _spec(tmp_path: Path, extra: str = "", workers: str = "{count: 1}") -> Path:
     path = tmp_path / "job.yaml"
     path.write_text(f"name: job\ncommand: [python3, {FAKEROLE}]\nworkdir: {tmp_path}\n"
-                    "roles: {worker: {count: 1}, server: {count: 1}}\n"
+                    f"roles: {{worker: {workers}, server: {{count: 1}}}}\n"
                     "rendezvous: {startup_timeout: 2m}\n" + extra)
     return path
