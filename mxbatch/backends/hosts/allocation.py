@@ -32,11 +32,11 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, TypeVar
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, TypeVar
 
 from ...errors import BackendUnavailable, SpecError
 from ...runtime.layout import RunLayout
-from ...runtime.planfile import RunPlan
+from ...runtime.planfile import RunPlan, TaskInfo
 from ...spec.plan import JobPlan
 from ...spec.typed import to_data
 from ..base import RenderedItem, Rollback
@@ -94,6 +94,17 @@ def host_setup(run: RunPlan, found: placements.Placement, starter: StarterKind,
     return SshSetup(hosts=tuple(hosts), python=python, connect_timeout_s=30.0)
 
 
+def gpus_asked(tasks: Sequence[TaskInfo]) -> str:
+    """What the roles ask for, for a message: ``4 workers x 1, 1 server x 2``."""
+    counts: Dict[tuple, int] = {}
+    for task in tasks:
+        if task.gpus:
+            key = (task.role.value, task.gpus)
+            counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{n} {role}{'s' if n > 1 else ''} x {gpus}"
+                     for (role, gpus), n in counts.items())
+
+
 class AllocationBackend(ControlledBackend[OptionsT, AllocationRequest]):
     """What the in-allocation backends share (see the module docstring)."""
 
@@ -146,8 +157,7 @@ class AllocationBackend(ControlledBackend[OptionsT, AllocationRequest]):
         except GpuShortage as exc:
             who = "" if exc.task is None else f"{tasks[exc.task].label} asks for " \
                 f"{tasks[exc.task].gpus} GPUs, but "
-            asked = ", ".join(f"{t.label} {t.gpus}" for t in tasks if t.gpus)
-            raise SpecError(f"{found.source}: {who}{exc} (GPUs asked: {asked}; "
+            raise SpecError(f"{found.source}: {who}{exc} (GPUs asked: {gpus_asked(tasks)}; "
                             f"{self.more_gpus_hint}); nothing was started") from None
         except ValueError as exc:
             raise SpecError(f"{found.source}: {exc} granted ({self.more_hint}); nothing was "

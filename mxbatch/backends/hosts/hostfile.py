@@ -120,7 +120,7 @@ def place(hosts: Sequence[Host], tasks: int, wants: Sequence[int] = (),
     free = list(gpus) if gpus is not None else None
     if free is not None and sum(asks) > sum(free):
         raise GpuShortage(f"the job's tasks ask for {sum(asks)} GPUs in all but the hosts "
-                          f"hold {sum(free)} ({_gpu_list(hosts, free)})")
+                          f"hold {sum(free)}")
     used = [0] * len(hosts)
     placement = []
     turn = 0

@@ -13,16 +13,19 @@ and stdout onto the host (``HostPlan.argv``):
   the user's own steps may run beside them), ``--unbuffered`` (the channel's lines go
   through at once), ``/bin/sh -c REMOTE``. A step ends with its srun: Slurm kills it
   when srun dies, and the agent stops its roles when its channel ends. In a job whose
-  roles ask for GPUs every step asks for the GPUs of its node's tasks, ``--gres=gpu:K``
-  (``--gres=none`` for none: a step that asks for nothing gets all of the node's), with
-  srun's GPU request variables (``SLURM_GPU_REQUESTS``: what ``salloc --gpus=N`` puts in
-  the environment) removed by ``env -u``, since srun would add them to the step's
-  request (measured on Slurm 22.05: ``--gres=gpu:1`` under ``SLURM_GPUS=3`` is "Invalid
-  generic resource (gres) specification"). Slurm sets the step's
-  ``CUDA_VISIBLE_DEVICES``; the agent, started with ``GPU_SHARES``, gives each role its
-  share of them. ``--overlap`` steps share GRES as they share CPUs (two steps that each
-  ask for one GPU of a node both get device 0), so one step a node is what keeps the
-  roles' devices apart;
+  roles ask for GPUs every step asks for the GPUs of its node's tasks, ``--gpus=K``
+  (the step has one node, so that is the node's; ``--gres=none`` for none: a step that
+  asks for nothing gets all of the node's), with srun's GPU request variables
+  (``SLURM_GPU_REQUESTS``: what ``salloc --gpus=N`` puts in the environment) removed by
+  ``env -u``, since srun would add them to the step's request. Measured on Slurm 22.05:
+  ``--gres=gpu:1`` under ``SLURM_GPUS=3`` is "Invalid generic resource (gres)
+  specification"; without the variables, ``--gpus=K`` works in allocations made with
+  ``--gres=gpu:N``, ``--gpus-per-node=N`` and ``--gpus=N``, while ``--gres=gpu:2`` (and
+  ``--gpus-per-node=2``) is refused in a ``--gpus=3`` one even on a node that holds 2.
+  Slurm sets the step's ``CUDA_VISIBLE_DEVICES``; the agent, started with
+  ``GPU_SHARES``, gives each role its share of them. ``--overlap`` steps share GRES as
+  they share CPUs (two steps that each ask for one GPU of a node both get device 0), so
+  one step a node is what keeps the roles' devices apart;
 - ``qrsh``: ``qrsh -inherit HOST REMOTE`` inside an SGE parallel-environment job (tight
   integration: SGE starts, accounts for and, on ``qdel``, kills the agent and its roles;
   the PE needs ``control_slaves TRUE``). Like ssh, qrsh joins its arguments with blanks
@@ -97,7 +100,7 @@ def srun_argv(srun: str, allocation: str, node: str, job_id: str,
         before, gres = [], []
     else:
         before = ["env", *(arg for name in SLURM_GPU_REQUESTS for arg in ("-u", name))]
-        gres = [f"--gres=gpu:{gpus}" if gpus > 0 else "--gres=none"]
+        gres = [f"--gpus={gpus}" if gpus > 0 else "--gres=none"]
     return [*before, srun, f"--jobid={allocation}", "--overlap", "--nodes=1", "--ntasks=1",
             f"--nodelist={node}", f"--job-name={step_name(job_id)}", *gres, "--unbuffered",
             "--quiet", "--kill-on-bad-exit=0", *extra, "--", "/bin/sh", "-c"]
