@@ -216,11 +216,13 @@ GPU_REPORT = re.compile(r"^GPU_REPORT host=(\S+) cuda=\[([^]]*)\] step=\[([^]]*)
 
 
 def gpu_spec(tmp_path: Path, name: str, workers: int) -> Path:
-    """1 scheduler, 1 server and ``workers`` workers of 1 GPU each, every role a shell
-    command that prints what it was given (``GPU_REPORT``) and ends."""
+    """1 scheduler, 1 server and ``workers`` workers of 1 GPU each: stand-in roles
+    (``fakerole.py``: the workers end after a second) that first print what they were
+    given (``GPU_REPORT``)."""
     report = ('echo "GPU_REPORT host=$(hostname) cuda=[${CUDA_VISIBLE_DEVICES-unset}] '
-              'step=[${SLURM_STEP_GPUS-unset}]"')
+              f'step=[${{SLURM_STEP_GPUS-unset}}]"; exec python3 {FAKEROLE}')
     spec = {"name": name, "command": ["sh", "-c", report], "workdir": str(tmp_path),
+            "env": {"FAKE_SLEEP": "1"},
             "resources": {"cpus": 1, "memory": "256M", "walltime": "10m"},
             "roles": {"server": {"count": 1},
                       "worker": {"count": workers, "resources": {"gpus": 1}}},
