@@ -3,15 +3,18 @@
 ``--backend sge`` in an SGE parallel job (``qsub -pe mpi N``, qrsh -inherit to each
 host), and ``--launcher ssh`` given a PBS node file instead of -H. Each checks where
 the roles ran (distinct node addresses), that nothing new was queued, and, after a
-crash or a cancel, that the allocation is intact with nothing of the job left in it."""
+crash or a cancel, that the allocation is intact with nothing of the job left in it.
+In ``salloc --gres=gpu:2`` (the test cluster's fake GPUs), workers that ask for a GPU
+each get their own device of their node's step, and too many GPUs start nothing."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 import pytest
 
@@ -51,10 +54,10 @@ def script(tmp_path: Path, name: str, body: str, directives: str = "") -> Path:
 # --------------------------------------------------------------------------- Slurm
 
 
-def salloc(cli: Cli, body: Path, nodes: int = 3, timeout: float = 600
-           ) -> subprocess.CompletedProcess:
+def salloc(cli: Cli, body: Path, nodes: int = 3, timeout: float = 600,
+           options: Sequence[str] = ()) -> subprocess.CompletedProcess:
     return subprocess.run(["salloc", f"--nodes={nodes}", "--time=10", "--job-name=alloc-test",
-                           str(body)], capture_output=True, text=True, env=cli.env,
+                           *options, str(body)], capture_output=True, text=True, env=cli.env,
                           timeout=timeout)
 
 
@@ -203,6 +206,123 @@ echo "JOB=$job"
     assert said["ALLOCATION"] == "RUNNING" and said["STEPS"] == "0"
     assert slurm.status(said["JOB"])["state"] == "FAILED"
     assert_no_processes(said["JOB"])
+
+
+#: what each stand-in role of ``gpu_spec`` prints: its node, its CUDA_VISIBLE_DEVICES and
+#: the GPUs Slurm gave its step (a line of its own: the supervisor's note quotes the
+#: command)
+GPU_REPORT = re.compile(r"^GPU_REPORT host=(\S+) cuda=\[([^]]*)\] step=\[([^]]*)\]$",
+                        re.MULTILINE)
+
+
+def gpu_spec(tmp_path: Path, name: str, workers: int) -> Path:
+    """1 scheduler, 1 server and ``workers`` workers of 1 GPU each: stand-in roles
+    (``fakerole.py``: the workers end after a second) that first print what they were
+    given (``GPU_REPORT``)."""
+    report = ('echo "GPU_REPORT host=$(hostname) cuda=[${CUDA_VISIBLE_DEVICES-unset}] '
+              f'step=[${{SLURM_STEP_GPUS-unset}}]"; exec python3 {FAKEROLE}')
+    spec = {"name": name, "command": ["sh", "-c", report], "workdir": str(tmp_path),
+            "env": {"FAKE_SLEEP": "1"},
+            "resources": {"cpus": 1, "memory": "256M", "walltime": "10m"},
+            "roles": {"server": {"count": 1},
+                      "worker": {"count": workers, "resources": {"gpus": 1}}},
+            "rendezvous": {"startup_timeout": "3m", "grace": "2s"}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(json.dumps(spec, indent=1))
+    return path
+
+
+def gpu_reports(cli: Cli, job: str) -> Dict[str, tuple]:
+    """Each task's (host, CUDA_VISIBLE_DEVICES, step's GPUs), from its log."""
+    run_dir = cli.run_dir(job)
+    found = {}
+    for name in records(run_dir):
+        text = (run_dir / "logs" / f"{name}.log").read_text(errors="replace")
+        match = GPU_REPORT.search(text)
+        assert match, (name, text[-2000:])
+        found[name] = match.groups()
+    return found
+
+
+@pytest.mark.slurm
+def test_gpu_workers_get_their_own_devices_of_their_nodes_step(slurm, tmp_path):
+    """salloc -N 2 --gres=gpu:2: 4 workers of 1 GPU go 2 to a node, each node's step asks
+    for 2 GPUs (render shows it, and Slurm gave the step 0,1), each worker sees one of
+    them, the two on a node different ones, the scheduler and server none. Then 5 such
+    workers: exit 2 naming the GPUs, no run directory, no step, nothing left."""
+    gpu_spec(tmp_path, "alloc-gpus", 4)
+    gpu_spec(tmp_path, "alloc-gpus-5", 5)
+    body = script(tmp_path, "in-salloc.sh", f"""cd {tmp_path}
+{MXBATCH} render --backend slurm alloc-gpus.yaml > render.txt 2> render.err
+echo "RENDER_RC=$?"
+{MXBATCH} submit --backend slurm --wait alloc-gpus.yaml > gpus.out 2> gpus.err
+echo "RC=$?"
+{MXBATCH} submit --backend slurm --wait alloc-gpus-5.yaml > toomany.out 2> toomany.err
+echo "TOOMANY_RC=$?"
+{AFTER}""")
+    result = salloc(slurm, body, nodes=2, options=["--gres=gpu:2"])
+    assert result.returncode == 0, result.stderr
+    said = fields(result.stdout)
+    assert said["RENDER_RC"] == "0", (tmp_path / "render.err").read_text()
+    steps = [line for line in (tmp_path / "render.txt").read_text().splitlines()
+             if line.startswith("srun: ")]
+    assert len(steps) == 2 and all(" --gpus=2 " in line for line in steps), steps
+    err = (tmp_path / "gpus.err").read_text()
+    assert said["RC"] == "0", err[-3000:]
+    job = job_of(err)
+    reports = gpu_reports(slurm, job)
+    assert sorted(reports) == ["scheduler-0", "server-0"] + [f"worker-{i}" for i in range(4)]
+    assert reports["scheduler-0"][1] == "" and reports["server-0"][1] == "", reports
+    by_node: Dict[str, List[str]] = {}
+    for name, (host, cuda, step) in reports.items():
+        assert step == "0,1", reports  # every node's step holds the node's 2 GPUs
+        if name.startswith("worker-"):
+            assert cuda in ("0", "1"), reports  # one device, of its step's
+            by_node.setdefault(host, []).append(cuda)
+    assert sorted(by_node) == ["mxbh1", "mxbh2"], reports
+    assert all(sorted(cudas) == ["0", "1"] for cudas in by_node.values()), reports
+    assert slurm.status(job)["state"] == "SUCCEEDED"
+    assert_no_processes(job)
+    # too many: nothing starts
+    toomany = (tmp_path / "toomany.err").read_text()
+    assert said["TOOMANY_RC"] == "2", toomany
+    assert "GPUs (scontrol show job -d): mxbh1 2, mxbh2 2: the job's tasks ask for 5 GPUs in " \
+           "all but the hosts hold 4 (GPUs asked: 5 workers x 1; " in toomany, toomany
+    assert "nothing was started" in toomany, toomany
+    assert "Traceback" not in toomany
+    assert said["ALLOCATION"] == "RUNNING" and said["STEPS"] == "0"
+    assert [d.name for d in slurm.run_dirs()] == [job]
+
+
+@pytest.mark.slurm
+def test_gpus_asked_for_the_job_place_the_workers_by_each_nodes_share(slurm, tmp_path):
+    """salloc -N 2 --gpus=3 gives one node 2 GPUs and the other 1 (and puts SLURM_GPUS=3
+    in the environment, which srun would add to every step): 3 workers of 1 GPU go 2
+    and 1, each with a device of its own."""
+    gpu_spec(tmp_path, "alloc-gpus-job", 3)
+    body = script(tmp_path, "in-salloc.sh", f"""cd {tmp_path}
+{MXBATCH} submit --backend slurm --wait alloc-gpus-job.yaml > gpus.out 2> gpus.err
+echo "RC=$?"
+echo "HELD=$(scontrol show job -d "$SLURM_JOB_ID" | grep -o 'Nodes=[^ ]* .*GRES=[^ ]*' \
+    | sed 's/ .*GRES=gpu:/:/; s/(.*//; s/Nodes=//' | tr '\n' ' ')"
+{AFTER}""")
+    result = salloc(slurm, body, nodes=2, options=["--gpus=3"])
+    assert result.returncode == 0, result.stderr
+    said = fields(result.stdout)
+    err = (tmp_path / "gpus.err").read_text()
+    assert said["RC"] == "0", err[-3000:]
+    held = dict(item.split(":") for item in said["HELD"].split())
+    assert sorted(held.values()) == ["1", "2"], said
+    by_node: Dict[str, List[str]] = {}
+    for name, (host, cuda, _step) in gpu_reports(slurm, job_of(err)).items():
+        if name.startswith("worker-"):
+            by_node.setdefault(host, []).append(cuda)
+    assert {node: len(cudas) for node, cudas in by_node.items()} == \
+        {node: int(n) for node, n in held.items()}, (by_node, held)
+    assert all(sorted(cudas) == [str(i) for i in range(len(cudas))]
+               for cudas in by_node.values()), by_node
+    assert said["STEPS"] == "0"
+    assert_no_processes(job_of(err))
 
 
 # ----------------------------------------------------------------------------- SGE

@@ -47,7 +47,7 @@ import selectors
 import signal
 import socket
 import time
-from typing import Callable, Dict, List, NamedTuple, Optional
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional
 
 from . import notes, procs, procstat, wire
 from .files import RunDirUnwritable
@@ -83,6 +83,14 @@ class Schedule(NamedTuple):
                    watch_s=min(max(WATCH_MIN_S, len(plan.tasks) / WATCH_TASKS_PER_S), third))
 
 
+def _with_devices(env: Dict[str, str], devices: Optional[Mapping[int, str]],
+                  task: TaskInfo) -> Dict[str, str]:
+    """What ``task``'s role inherits: ``env``, with its own GPUs if it has a share."""
+    if devices is None or task.index not in devices:
+        return env
+    return dict(env, **{wire.CUDA_VISIBLE_DEVICES: devices[task.index]})
+
+
 class Agent:
     """Supervises ``tasks`` of ``plan`` (see the module docstring).
 
@@ -94,7 +102,8 @@ class Agent:
     ``reap_job``: this agent supervises every task of the job on this host (the local
     job manager), so that once its roles have ended, any process of this host that
     carries the job's id is a leftover (a role's child that left its process group):
-    killed.
+    killed; ``devices``: each task's own ``CUDA_VISIBLE_DEVICES`` (by task index), over
+    the inherited one (``environ.device_shares``).
     For attempt k >= 1, ``plan.created_at`` must be the attempt's start (its start-up
     deadline counts from there: ``jobloop.attempt_plan``)."""
 
@@ -102,7 +111,8 @@ class Agent:
                  slots: Optional[int] = None, environ: Optional[Dict[str, str]] = None,
                  signals_cancel: bool = False, signals_from_launcher: bool = False,
                  on_tick: Optional[Callable[[], None]] = None, attempt: int = 0,
-                 restart_reason: Optional[str] = None, reap_job: bool = False) -> None:
+                 restart_reason: Optional[str] = None, reap_job: bool = False,
+                 devices: Optional[Mapping[int, str]] = None) -> None:
         self.plan = plan
         self.rdv = rendezvous
         self.on_tick = on_tick
@@ -113,8 +123,9 @@ class Agent:
         limit = slots or len(tasks)
         layout = plan.layout_of(attempt)
         attempt_env = {wire.ATTEMPT: str(attempt), wire.RESTART_REASON: restart_reason or ""}
-        self.runners = [TaskRunner(plan, task, rendezvous, env, os.getpid(), queued=i >= limit,
-                                   layout=layout, attempt_env=attempt_env)
+        self.runners = [TaskRunner(plan, task, rendezvous, _with_devices(env, devices, task),
+                                   os.getpid(), queued=i >= limit, layout=layout,
+                                   attempt_env=attempt_env)
                         for i, task in enumerate(tasks)]
         self.slots = limit
         self.by = (tasks[0].label if len(tasks) == 1

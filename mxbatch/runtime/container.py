@@ -57,9 +57,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from . import osbytes
+from .environ import visible_devices
 from .files import atomic_write
 from .layout import RunLayout
-from .wire import JOB_ID, RENDEZVOUS_VARIABLES
+from .wire import CUDA_VISIBLE_DEVICES, JOB_ID, RENDEZVOUS_VARIABLES
 
 
 class ContainerRuntime(str, enum.Enum):
@@ -145,14 +146,6 @@ def find_binary(runtime: ContainerRuntime, path: Optional[str] = None) -> Option
     return None
 
 
-def visible_devices(environ: Mapping[str, str]) -> Optional[List[str]]:
-    """The GPUs a batch system gave this task (``CUDA_VISIBLE_DEVICES``), if it did."""
-    value = environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    if not value or value == "NoDevFiles":
-        return None
-    return [d.strip() for d in value.split(",") if d.strip()]
-
-
 def gpu_options(runtime: ContainerRuntime, mode: GpuMode, gpus: int,
                 devices: Optional[Sequence[str]] = None) -> List[str]:
     """The runtime's GPU options for a role that asked for ``gpus`` (``devices``: the ids
@@ -231,7 +224,7 @@ def container_inherited(environ: Mapping[str, str], container: ContainerPlan,
     themselves (the container numbers them from 0)."""
     dropped = set(HOST_ONLY)
     if gpu_devices_given and container.runtime is not ContainerRuntime.APPTAINER:
-        dropped.add("CUDA_VISIBLE_DEVICES")
+        dropped.add(CUDA_VISIBLE_DEVICES)
     return {k: v for k, v in environ.items() if k not in dropped}
 
 

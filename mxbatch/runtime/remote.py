@@ -13,8 +13,11 @@ and writes to the session's stdin, in order:
    the plan (``run_dir`` becomes DIR; its deadlines the attempt's),
    the submitter's environment (it never appears on a command line), this host's
    task indexes. The agent creates ``make_dirs`` (a sync destination), checks the
-   working directory if asked, and answers ``{"t": "hello", ...}`` (Python version,
-   host name, pid) or ``{"t": "error", "message": ...}``;
+   working directory if asked, and, started with ``GPU_SHARES`` (an srun step that
+   asked for its tasks' GPUs), that its own ``CUDA_VISIBLE_DEVICES`` holds the GPUs
+   its tasks ask for (each role gets its share: ``environ.device_shares``); it answers
+   ``{"t": "hello", ...}`` (Python version, host name, pid) or ``{"t": "error",
+   "message": ...}``;
 3. ``{"t": "start"}`` once every host said hello (else ``{"t": "quit"}``, or end of
    file): the agent supervises its tasks (``agent.Agent``) with a
    ``channelrdv.ChannelRendezvous``, then says ``{"t": "bye", "code": N}``.
@@ -37,13 +40,14 @@ import shutil
 import socket
 import sys
 import time
-from typing import Dict, List, Mapping
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from .agent import Agent
 from .channel import Channel, ChannelClosed, Message
 from .channelrdv import ChannelRendezvous
-from .planfile import RunPlan
-from .wire import JOB_ID, TYPE_KEY, MessageType
+from .environ import device_shares, visible_devices
+from .planfile import RunPlan, TaskInfo
+from .wire import GPU_SHARES, JOB_ID, TYPE_KEY, MessageType
 
 #: the bootstrap's exit status when the remote python3 is older than 3.8
 VERSION_EXIT = 97
@@ -129,6 +133,20 @@ def _prepare(setup: Message, plan: RunPlan) -> List[str]:
     return problems
 
 
+def gpu_shares(own: Mapping[str, str], tasks: List[TaskInfo]
+               ) -> Tuple[Optional[Dict[int, str]], Optional[str]]:
+    """Each task's own devices (by task index) when this agent was started to share its
+    GPUs out (``GPU_SHARES`` in ``own``, this process's environment: its srun step's,
+    before the submitter's is laid over it), else None; or why it cannot."""
+    if not own.get(GPU_SHARES):
+        return None, None
+    try:
+        shares = device_shares(visible_devices(own) or [], [t.gpus for t in tasks])
+    except ValueError as exc:
+        return None, "this host's agent cannot give its roles their GPUs: %s" % exc
+    return {t.index: share for t, share in zip(tasks, shares)}, None
+
+
 def main(run_dir: str) -> int:
     """Run this host's agent over stdin/stdout (see the module docstring)."""
     channel = _detach_stdio()
@@ -145,12 +163,13 @@ def _serve(channel: Channel, run_dir: str) -> int:
     if setup.get(TYPE_KEY) != MessageType.SETUP:
         raise ChannelClosed("expected the setup message, got %r" % setup.get(TYPE_KEY))
     plan = dataclasses.replace(RunPlan.from_json(setup["plan"]), run_dir=run_dir)
-    problems = _prepare(setup, plan)
+    tasks = [plan.tasks[i] for i in setup["tasks"]]
+    devices, no_devices = gpu_shares(os.environ, tasks)
+    problems = _prepare(setup, plan) + ([no_devices] if no_devices else [])
     if problems:
         channel.send({TYPE_KEY: MessageType.ERROR, "message": "; ".join(problems)})
         channel.flush_until(time.monotonic() + 10)
         return 2
-    tasks = [plan.tasks[i] for i in setup["tasks"]]
     channel.send({TYPE_KEY: MessageType.HELLO, "python": "%d.%d.%d" % sys.version_info[:3],
                   "hostname": socket.gethostname(), "pid": os.getpid()})
     channel.flush_until(time.monotonic() + 30)
@@ -162,7 +181,7 @@ def _serve(channel: Channel, run_dir: str) -> int:
     rdv = ChannelRendezvous(channel, reply_timeout_s=plan.heartbeat_timeout_s, where=where)
     agent = Agent(plan, tasks, rdv, environ=env, signals_cancel=False,
                   attempt=int(setup.get("attempt") or 0),
-                  restart_reason=str(setup.get("restart_reason") or ""))
+                  restart_reason=str(setup.get("restart_reason") or ""), devices=devices)
     code = agent.run()
     rdv.close(code)
     return code

@@ -37,8 +37,19 @@ HOOK_OWNER = "MXBATCH_HOOK_PID"
 #: of file lets its Python go on to ps-lite (the scheduler listens)
 GATE = "MXBATCH_GATE"
 
+#: on the command line of a host's agent whose srun step asked Slurm for the GPUs of its
+#: tasks: the agent gives each role its own share of the step's ``CUDA_VISIBLE_DEVICES``
+#: (``environ.device_shares``)
+GPU_SHARES = "MXBATCH_GPU_SHARES"
+
 #: the prefixes of mxbatch's and ps-lite's variables: never inherited from the submitter
 OWN_PREFIXES = ("DMLC_", "MXBATCH_")
+
+# ------------------------------------------------------------------ devices
+
+#: the GPUs a process may use (CUDA's numbering): a batch system sets it for the tasks
+#: and steps it gave GPUs; a host's agent may deal its own to its roles (``GPU_SHARES``)
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 
 # ---------------------------------------------------------------- ps-lite's variables
 

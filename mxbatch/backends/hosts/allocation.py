@@ -16,6 +16,12 @@ tasks, never the allocation.
 
 Options of the submitting backend that ask the batch system for resources (partition,
 queue, ``native``...) do not apply: the allocation has its resources already.
+
+GPUs (Slurm): when roles ask for GPUs (``resources.gpus``), placement counts the GPUs
+each node holds for the allocation (``placement.with_slurm_gpus``): a node takes no more
+GPU tasks than its GPUs hold, and an allocation with too few is exit 2 before anything
+starts. Each node's step asks for the GPUs of its tasks (``starters.srun_argv``) and its
+agent gives every role its own share of the step's devices (``runtime.environ``).
 """
 
 from __future__ import annotations
@@ -26,11 +32,11 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, TypeVar
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, TypeVar
 
 from ...errors import BackendUnavailable, SpecError
 from ...runtime.layout import RunLayout
-from ...runtime.planfile import RunPlan
+from ...runtime.planfile import RunPlan, TaskInfo
 from ...spec.plan import JobPlan
 from ...spec.typed import to_data
 from ..base import RenderedItem, Rollback
@@ -40,6 +46,7 @@ from ..batch.slurm import SlurmOptions
 from ..records import JobRecord
 from . import placement as placements
 from .controller import ControlledBackend, Controller, ControllerHandle
+from .hostfile import GpuShortage
 from .ssh import SshRequest
 from .sshcontrol import HostPlan, SshController, SshSetup
 from .starters import StarterKind, qrsh_argv, remote_command, srun_argv, step_name
@@ -66,19 +73,36 @@ class AllocationRequest(SshRequest):
 
 
 def host_setup(run: RunPlan, found: placements.Placement, starter: StarterKind,
-               start_argv: Callable[[str], List[str]]) -> SshSetup:
+               start_argv: Callable[[str, Optional[int]], List[str]]) -> SshSetup:
     """The controller's configuration for ``run`` placed by ``found``: each host used, its
-    tasks, and the ``starter`` command (``start_argv(host)``) that runs its agent."""
-    dealt = found.deal(len(run.tasks))
+    tasks, and the ``starter`` command (``start_argv(host, gpus)``) that runs its agent;
+    ``gpus``: what the host's tasks ask for when ``found`` counts GPUs (None otherwise),
+    and then the agent gives each role its share of the host's."""
+    wants = [task.gpus for task in run.tasks]
+    dealt = found.deal(len(run.tasks), wants)
     python = run.python or sys.executable
-    remote = remote_command(run.job_id, python)
     hosts = []
     for index, host in enumerate(found.hosts):
         tasks = tuple(t for t, h in enumerate(dealt) if h == index)
-        if tasks:
-            hosts.append(HostPlan(host=host.name, tasks=tasks, ssh=tuple(start_argv(host.name)),
-                                  remote=remote, starter=starter))
+        if not tasks:
+            continue
+        gpus = None if found.gpus is None else sum(wants[t] for t in tasks)
+        hosts.append(HostPlan(host=host.name, tasks=tasks,
+                              ssh=tuple(start_argv(host.name, gpus)),
+                              remote=remote_command(run.job_id, python, gpus is not None),
+                              starter=starter))
     return SshSetup(hosts=tuple(hosts), python=python, connect_timeout_s=30.0)
+
+
+def gpus_asked(tasks: Sequence[TaskInfo]) -> str:
+    """What the roles ask for, for a message: ``4 workers x 1, 1 server x 2``."""
+    counts: Dict[tuple, int] = {}
+    for task in tasks:
+        if task.gpus:
+            key = (task.role.value, task.gpus)
+            counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{n} {role}{'s' if n > 1 else ''} x {gpus}"
+                     for (role, gpus), n in counts.items())
 
 
 class AllocationBackend(ControlledBackend[OptionsT, AllocationRequest]):
@@ -97,6 +121,8 @@ class AllocationBackend(ControlledBackend[OptionsT, AllocationRequest]):
     #: where to run mxbatch to be inside such an allocation; how to get more slots
     where_hint: ClassVar[str] = ""
     more_hint: ClassVar[str] = "ask for a larger allocation, or run fewer tasks"
+    more_gpus_hint: ClassVar[str] = ("ask for an allocation with more GPUs, or lower the "
+                                     "roles' resources.gpus")
 
     # ------------------------------------------------------------------ subclasses
     @abc.abstractmethod
@@ -104,8 +130,10 @@ class AllocationBackend(ControlledBackend[OptionsT, AllocationRequest]):
         """The allocation's hosts with their slots."""
 
     @abc.abstractmethod
-    def start_argv(self, host: str, job_id: str, environ: Mapping[str, str]) -> List[str]:
-        """The starter's command for ``host``, before the remote command."""
+    def start_argv(self, host: str, job_id: str, environ: Mapping[str, str],
+                   gpus: Optional[int] = None) -> List[str]:
+        """The starter's command for ``host``, before the remote command; ``gpus``: what
+        its tasks ask for, when the placement counts GPUs."""
 
     def allocation_id(self, environ: Mapping[str, str]) -> str:
         return environ.get(self.allocation_variable, "")
@@ -123,8 +151,14 @@ class AllocationBackend(ControlledBackend[OptionsT, AllocationRequest]):
         environ = os.environ
         self._inside(plan, environ)
         found = self.placement(plan, environ)
+        tasks = plan.run.tasks
         try:
-            found.deal(len(plan.run.tasks))
+            found.deal(len(tasks), [task.gpus for task in tasks])
+        except GpuShortage as exc:
+            who = "" if exc.task is None else f"{tasks[exc.task].label} asks for " \
+                f"{tasks[exc.task].gpus} GPUs, but "
+            raise SpecError(f"{found.source}: {who}{exc} (GPUs asked: {gpus_asked(tasks)}; "
+                            f"{self.more_gpus_hint}); nothing was started") from None
         except ValueError as exc:
             raise SpecError(f"{found.source}: {exc} granted ({self.more_hint}); nothing was "
                             "started") from None
@@ -148,7 +182,8 @@ class AllocationBackend(ControlledBackend[OptionsT, AllocationRequest]):
     def render(self, plan: JobPlan) -> AllocationRequest:
         found = self._placement(plan)
         setup = host_setup(plan.run, found, self.starter,
-                           lambda host: self.start_argv(host, plan.job_id, os.environ))
+                           lambda host, gpus: self.start_argv(host, plan.job_id, os.environ,
+                                                              gpus))
         allocation = f"{self.system} {self.allocation_id(os.environ)}"
         return AllocationRequest(plan=plan, setup=setup, hosts_from=found.source,
                                  allocation=allocation, controller_backend=self.name)
@@ -181,12 +216,18 @@ class SlurmStepsBackend(AllocationBackend[SlurmOptions]):
     starter = StarterKind.SRUN
     tools = ("srun", "scontrol", "squeue", "scancel")
     where_hint = "salloc, an sbatch script or srun --pty"
+    more_gpus_hint = ("ask for an allocation with more GPUs, salloc/sbatch --gres=gpu:N "
+                      "(N a node) or --gpus-per-node=N, or lower the roles' resources.gpus")
 
     def placement(self, plan: JobPlan, environ: Mapping[str, str]) -> placements.Placement:
-        return placements.slurm_allocation(environ, len(plan.run.tasks))
+        found = placements.slurm_allocation(environ, len(plan.run.tasks))
+        if any(task.gpus for task in plan.run.tasks):
+            found = placements.with_slurm_gpus(found, self.allocation_id(environ))
+        return found
 
-    def start_argv(self, host: str, job_id: str, environ: Mapping[str, str]) -> List[str]:
-        return srun_argv("srun", self.allocation_id(environ), host, job_id, [])
+    def start_argv(self, host: str, job_id: str, environ: Mapping[str, str],
+                   gpus: Optional[int] = None) -> List[str]:
+        return srun_argv("srun", self.allocation_id(environ), host, job_id, [], gpus)
 
     def sweep(self, record: JobRecord, run: RunPlan) -> None:
         """Cancel the job's steps still in the allocation (by their name); never the
@@ -230,6 +271,7 @@ class SgePeBackend(AllocationBackend[SgeOptions]):
     def placement(self, plan: JobPlan, environ: Mapping[str, str]) -> placements.Placement:
         return placements.pe_hostfile(environ[placements.PE_HOSTFILE])
 
-    def start_argv(self, host: str, job_id: str, environ: Mapping[str, str]) -> List[str]:
+    def start_argv(self, host: str, job_id: str, environ: Mapping[str, str],
+                   gpus: Optional[int] = None) -> List[str]:
         return qrsh_argv("qrsh", host)
 

@@ -36,7 +36,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     controller: Optional[SshController] = None
     try:
         found = placement.pe_hostfile(os.environ.get(placement.PE_HOSTFILE, ""))
-        setup = host_setup(plan, found, StarterKind.QRSH, lambda host: qrsh_argv("qrsh", host))
+        setup = host_setup(plan, found, StarterKind.QRSH,
+                           lambda host, _gpus: qrsh_argv("qrsh", host))
         controller = SshController(plan, setup)
         controller.take_signals()
         controller.prepare()

@@ -10,7 +10,9 @@ One host a line, as MXNet's ``launch.py`` (dmlc_tracker) and ``mpirun`` read the
 
 ``place`` deals the job's tasks to the hosts round-robin in task order (the scheduler,
 task 0, on the first host), skipping hosts whose ``slots`` are taken; a host without
-``slots=`` takes any number. Errors name the file and line (``SpecError``, exit 2).
+``slots=`` takes any number. Given the GPUs each host holds (an allocation's), a host
+also takes a task only if it has the GPUs the task asks for left. Errors name the file
+and line (``SpecError``, exit 2).
 """
 
 from __future__ import annotations
@@ -92,21 +94,51 @@ def load(path: Path) -> List[Host]:
     return parse(inputfile.read_text(Path(path), "the hostfile") or "", path)
 
 
-def place(hosts: Sequence[Host], tasks: int) -> List[int]:
-    """For each of ``tasks`` tasks, the index of its host (see the module docstring);
-    ValueError when the hosts' slots do not add up to ``tasks``."""
+class GpuShortage(ValueError):
+    """The hosts' GPUs cannot hold the tasks that ask for some; ``task``: the index of
+    the first task that fits nowhere (None: they ask for more than the hosts hold)."""
+
+    def __init__(self, message: str, task: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.task = task
+
+
+def _gpu_list(hosts: Sequence[Host], gpus: Sequence[int]) -> str:
+    return ", ".join(f"{h.label}: {n}" for h, n in zip(hosts, gpus))
+
+
+def place(hosts: Sequence[Host], tasks: int, wants: Sequence[int] = (),
+          gpus: Optional[Sequence[int]] = None) -> List[int]:
+    """For each of ``tasks`` tasks, the index of its host (see the module docstring).
+    ``gpus``: the GPUs each host holds (None: not counted), ``wants``: the GPUs each
+    task asks for, in task order. ValueError when the hosts' slots do not add up to
+    ``tasks``; GpuShortage when their GPUs cannot hold the tasks'."""
     capacity = sum(h.slots for h in hosts) if all(h.slots for h in hosts) else None
     if capacity is not None and capacity < tasks:
         raise ValueError(f"the job has {tasks} tasks but the hosts offer {capacity} slots")
+    asks = [wants[t] if t < len(wants) else 0 for t in range(tasks)]
+    free = list(gpus) if gpus is not None else None
+    if free is not None and sum(asks) > sum(free):
+        raise GpuShortage(f"the job's tasks ask for {sum(asks)} GPUs in all but the hosts "
+                          f"hold {sum(free)}")
     used = [0] * len(hosts)
     placement = []
     turn = 0
-    for _ in range(tasks):
-        while hosts[turn].slots is not None and used[turn] >= hosts[turn].slots:
-            turn = (turn + 1) % len(hosts)
-        placement.append(turn)
-        used[turn] += 1
-        turn = (turn + 1) % len(hosts)
+    for task, want in enumerate(asks):
+        for step in range(len(hosts)):
+            host = (turn + step) % len(hosts)
+            if ((hosts[host].slots is None or used[host] < hosts[host].slots)
+                    and (free is None or free[host] >= want)):
+                break
+        else:
+            assert free is not None  # the slots add up, so only GPUs can be short
+            raise GpuShortage(f"no host with a free slot has {want} GPUs left for it "
+                              f"(left: {_gpu_list(hosts, free)})", task)
+        placement.append(host)
+        used[host] += 1
+        if free is not None:
+            free[host] -= want
+        turn = (host + 1) % len(hosts)
     return placement
 
 

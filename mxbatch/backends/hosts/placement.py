@@ -13,7 +13,11 @@ the words ``render``, ``doctor`` and error messages name it by. Sources:
   QUEUE PROCESSORS`` a line;
 - a Slurm allocation (``slurm_allocation``): ``SLURM_JOB_NODELIST`` expanded by
   ``scontrol show hostnames`` (which asks no daemon), the CPUs of each node from
-  ``SLURM_JOB_CPUS_PER_NODE`` (``4(x2),2``).
+  ``SLURM_JOB_CPUS_PER_NODE`` (``4(x2),2``); for a job whose roles ask for GPUs, the
+  GPUs each node holds for the allocation (``with_slurm_gpus``), from ``scontrol show
+  job -d`` (its ``Nodes=... GRES=gpu:2(IDX:0-1)`` lines: the one source for every node,
+  since ``salloc`` puts no GPU variable in its shell and an ``sbatch`` script sees its
+  own node's only). That asks slurmctld, once, and only for such a job.
 
 Every file is read once, here; a missing or empty one, or one that is not in its format,
 is a ``SpecError`` naming the variable and the file (exit 2): nothing is started.
@@ -59,6 +63,10 @@ SLURM_JOB_CPUS_PER_NODE = "SLURM_JOB_CPUS_PER_NODE"
 NODE_FILE_VARIABLES = (PBS_NODEFILE, LSB_DJOB_HOSTFILE)
 
 _REPEAT = re.compile(r"(\d+)(?:\(x(\d+)\))?")
+#: a line of ``scontrol show job -d``: some nodes of the job and what each of them holds
+_NODE_DETAIL = re.compile(r"^[ \t]*Nodes=(\S+)[ \t](?:[^\n]*[ \t])?GRES=(\S*)", re.MULTILINE)
+#: one generic resource in such a line: ``gpu:tesla:2(IDX:0-1,3)``, ``mps:100(0/100)``
+_GRES_ITEM = re.compile(r"([A-Za-z0-9_]+)((?::[^:(),]+)*)(?:\(([^)]*)\))?,?")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,10 +76,14 @@ class Placement:
     hosts: Tuple[Host, ...]
     #: how messages name the source: "hostfile hosts", "PBS_NODEFILE /var/spool/pbs/42"
     source: str
+    #: the GPUs each host holds for the job, in the order of ``hosts`` (None: not counted,
+    #: tasks' GPUs are not placed)
+    gpus: Optional[Tuple[int, ...]] = None
 
-    def deal(self, tasks: int) -> List[int]:
-        """For each task, the index of its host (``hostfile.place``)."""
-        return place(self.hosts, tasks)
+    def deal(self, tasks: int, wants: Sequence[int] = ()) -> List[int]:
+        """For each task, the index of its host (``hostfile.place``); ``wants``: the GPUs
+        each task asks for (counted when ``gpus`` is known)."""
+        return place(self.hosts, tasks, wants, self.gpus)
 
 
 def _counted(names: Sequence[str]) -> Tuple[Host, ...]:
@@ -149,9 +161,10 @@ def expand_repeats(text: str, what: str) -> List[int]:
     return values
 
 
-def expand_nodelist(nodelist: str, scontrol: str = "scontrol") -> List[str]:
+def expand_nodelist(nodelist: str, scontrol: str = "scontrol",
+                    what: str = f"${SLURM_JOB_NODELIST}") -> List[str]:
     """Slurm's compressed node list (``mxbh[1-3],gpu7``) as names, by ``scontrol show
-    hostnames`` (it only expands: no daemon is asked)."""
+    hostnames`` (it only expands: no daemon is asked); ``what``: where the list is from."""
     try:
         result = subprocess.run([scontrol, "show", "hostnames", nodelist], capture_output=True,
                                 text=True, timeout=30)
@@ -162,7 +175,7 @@ def expand_nodelist(nodelist: str, scontrol: str = "scontrol") -> List[str]:
         raise BackendUnavailable(f"{scontrol} show hostnames did not answer in 30 s") from None
     names = result.stdout.split()
     if result.returncode != 0 or not names:
-        raise SpecError(f"${SLURM_JOB_NODELIST} is {nodelist!r}, which {scontrol} cannot "
+        raise SpecError(f"{what} is {nodelist!r}, which {scontrol} cannot "
                         f"expand: {result.stderr.strip() or 'no host names'}")
     return names
 
@@ -192,6 +205,70 @@ def slurm_allocation(environ: Mapping[str, str], tasks: int,
     return Placement(tuple(Host(name=n) for n in names),
                      source + f"; {sum(cpus)} CPUs for {tasks} tasks: roles share a node's "
                               "CPUs")
+
+
+def _count_indexes(text: str) -> Optional[int]:
+    """How many devices ``0-1,3`` names (None: not such a list)."""
+    count = 0
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            return None
+        count += int(high) - int(low) + 1 if high else 1
+    return count
+
+
+def gres_gpus(gres: str) -> int:
+    """The GPUs in one node's ``GRES=`` value of ``scontrol show job -d``
+    (``gpu:2(IDX:0-1)``, ``gpu:a100:1(IDX:3),gpu:v100:2(IDX:0-1)``, ``gpu(IDX:0-1)``):
+    the devices its ``IDX`` names, else its count."""
+    total = 0
+    for match in _GRES_ITEM.finditer(gres):
+        name, colons, detail = match.group(1), match.group(2), match.group(3) or ""
+        if name != "gpu":
+            continue
+        indexes = _count_indexes(detail[4:]) if detail.startswith("IDX:") else None
+        if indexes is not None:
+            total += indexes
+            continue
+        last = colons.rsplit(":", 1)[-1] if colons else ""
+        total += int(last) if last.isdigit() else 1
+    return total
+
+
+def job_gpus(text: str) -> List[Tuple[str, int]]:
+    """``scontrol show job -d``'s per-node lines as (node list, GPUs of each of its
+    nodes), in order: ``Nodes=mxbh[1-2] CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0-1)`` is
+    ``("mxbh[1-2]", 2)``."""
+    return [(m.group(1), gres_gpus(m.group(2))) for m in _NODE_DETAIL.finditer(text)]
+
+
+def with_slurm_gpus(found: Placement, job: str, scontrol: str = "scontrol") -> Placement:
+    """``found`` (a Slurm allocation's nodes) with the GPUs each node holds for allocation
+    ``job``, from ``scontrol show job -d JOB`` (asks slurmctld); BackendUnavailable when
+    it cannot answer."""
+    argv = [scontrol, "show", "job", "-d", job]
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        raise BackendUnavailable(f"{scontrol} is not installed here (needed to read the "
+                                 "GPUs of the allocation)") from None
+    except subprocess.TimeoutExpired:
+        raise BackendUnavailable(f"{' '.join(argv)} did not answer in 30 s (needed to read "
+                                 "the GPUs of the allocation)") from None
+    if result.returncode != 0:
+        raise BackendUnavailable(f"{' '.join(argv)} failed (needed to read the GPUs of the "
+                                 f"allocation): {result.stderr.strip() or result.stdout.strip()}")
+    held: "OrderedDict[str, int]" = OrderedDict()
+    for nodes, gpus in job_gpus(result.stdout):
+        names = (expand_nodelist(nodes, scontrol, f"scontrol show job -d {job}: Nodes=")
+                 if "[" in nodes else nodes.split(","))
+        for name in names:
+            held[name] = held.get(name, 0) + gpus
+    counts = tuple(held.get(h.name, 0) for h in found.hosts)
+    listed = ", ".join(f"{h.name} {n}" for h, n in zip(found.hosts, counts))
+    return dataclasses.replace(found, gpus=counts,
+                               source=found.source + f"; GPUs (scontrol show job -d): {listed}")
 
 
 def job_hosts(plan: JobPlan, backend: str, entries: Tuple[str, ...],

@@ -12,7 +12,20 @@ and stdout onto the host (``HostPlan.argv``):
   --job-name=mxbatch-<job>`` (``--overlap``: the steps share the allocation's CPUs, and
   the user's own steps may run beside them), ``--unbuffered`` (the channel's lines go
   through at once), ``/bin/sh -c REMOTE``. A step ends with its srun: Slurm kills it
-  when srun dies, and the agent stops its roles when its channel ends;
+  when srun dies, and the agent stops its roles when its channel ends. In a job whose
+  roles ask for GPUs every step asks for the GPUs of its node's tasks, ``--gpus=K``
+  (the step has one node, so that is the node's; ``--gres=none`` for none: a step that
+  asks for nothing gets all of the node's), with srun's GPU request variables
+  (``SLURM_GPU_REQUESTS``: what ``salloc --gpus=N`` puts in the environment) removed by
+  ``env -u``, since srun would add them to the step's request. Measured on Slurm 22.05:
+  ``--gres=gpu:1`` under ``SLURM_GPUS=3`` is "Invalid generic resource (gres)
+  specification"; without the variables, ``--gpus=K`` works in allocations made with
+  ``--gres=gpu:N``, ``--gpus-per-node=N`` and ``--gpus=N``, while ``--gres=gpu:2`` (and
+  ``--gpus-per-node=2``) is refused in a ``--gpus=3`` one even on a node that holds 2.
+  Slurm sets the step's ``CUDA_VISIBLE_DEVICES``; the agent, started with
+  ``GPU_SHARES``, gives each role its share of them. ``--overlap`` steps share GRES as
+  they share CPUs (two steps that each ask for one GPU of a node both get device 0), so
+  one step a node is what keeps the roles' devices apart;
 - ``qrsh``: ``qrsh -inherit HOST REMOTE`` inside an SGE parallel-environment job (tight
   integration: SGE starts, accounts for and, on ``qdel``, kills the agent and its roles;
   the PE needs ``control_slaves TRUE``). Like ssh, qrsh joins its arguments with blanks
@@ -23,7 +36,8 @@ and stdout onto the host (``HostPlan.argv``):
   a short token goes over qrsh's stdin, the channel over a TCP connection to the
   controller (``runtime.remote``).
 
-``REMOTE`` is the same everywhere: ``exec env MXBATCH_JOB_ID=<job> PYTHON -c BOOTSTRAP``.
+``REMOTE`` is the same everywhere: ``exec env MXBATCH_JOB_ID=<job> PYTHON -c BOOTSTRAP``
+(with ``MXBATCH_GPU_SHARES=1`` for an agent that shares its step's GPUs out).
 """
 
 from __future__ import annotations
@@ -56,9 +70,19 @@ class StarterKind(str, enum.Enum):
                 StarterKind.QRSH: "qrsh -inherit session"}[self]
 
 
-def remote_command(job_id: str, python: str) -> str:
-    """The shell command that runs a host's agent (its stdin and stdout the channel)."""
-    return f"exec env {wire.JOB_ID}={quote(job_id)} {quote(python)} -c {quote(BOOTSTRAP)}"
+#: srun's input variables that ask for GPUs: the allocation's request, which srun would
+#: add to every step's (see the module docstring)
+SLURM_GPU_REQUESTS = ("SLURM_GPUS", "SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_SOCKET",
+                      "SLURM_GPUS_PER_TASK", "SLURM_CPUS_PER_GPU", "SLURM_MEM_PER_GPU",
+                      "SLURM_NTASKS_PER_GPU", "SLURM_GRES")
+
+
+def remote_command(job_id: str, python: str, gpu_shares: bool = False) -> str:
+    """The shell command that runs a host's agent (its stdin and stdout the channel);
+    ``gpu_shares``: the agent gives each role its share of the host's GPUs."""
+    shares = f" {wire.GPU_SHARES}=1" if gpu_shares else ""
+    return (f"exec env {wire.JOB_ID}={quote(job_id)}{shares} {quote(python)} -c "
+            f"{quote(BOOTSTRAP)}")
 
 
 def step_name(job_id: str) -> str:
@@ -68,11 +92,17 @@ def step_name(job_id: str) -> str:
 
 
 def srun_argv(srun: str, allocation: str, node: str, job_id: str,
-              extra: List[str]) -> List[str]:
+              extra: List[str], gpus: Optional[int] = None) -> List[str]:
     """The step that runs the agent of ``node`` in ``allocation`` (up to the remote
-    command, which ``/bin/sh -c`` runs)."""
-    return [srun, f"--jobid={allocation}", "--overlap", "--nodes=1", "--ntasks=1",
-            f"--nodelist={node}", f"--job-name={step_name(job_id)}", "--unbuffered",
+    command, which ``/bin/sh -c`` runs). ``gpus``: the GPUs the step asks for, in a job
+    whose roles ask for some (None: a job that asks for none; its steps as ever)."""
+    if gpus is None:
+        before, gres = [], []
+    else:
+        before = ["env", *(arg for name in SLURM_GPU_REQUESTS for arg in ("-u", name))]
+        gres = [f"--gpus={gpus}" if gpus > 0 else "--gres=none"]
+    return [*before, srun, f"--jobid={allocation}", "--overlap", "--nodes=1", "--ntasks=1",
+            f"--nodelist={node}", f"--job-name={step_name(job_id)}", *gres, "--unbuffered",
             "--quiet", "--kill-on-bad-exit=0", *extra, "--", "/bin/sh", "-c"]
 
 
