@@ -2,7 +2,8 @@
 
     python bench/scale.py [--backends local,ssh,mpi,sge,yarn,slurm]
         [--sizes 16,64,256,1000] [--json PATH] [--charts] [--write-docs]
-        [--raise-max-tasks] [--from-json A.json,B.json]
+        [--raise-max-tasks] [--idle-seconds S] [--settle-seconds S]
+        [--from-json A.json,B.json]
 
 For each backend and each N (N = servers + workers + 1 scheduler, servers = N/8) it
 submits one job of stand-in roles (bench/scalerole.py: the scheduler listens, every
@@ -25,7 +26,8 @@ role waiting for work) with ``mxbatch submit --wait`` and measures:
     the roles are not among them), from wait4; the per-host agents' CPU just before the
     kill is in the JSON (``agents_cpu_s``);
   - job MiB: the proportional set sizes of the job's processes on this machine summed
-    (every test host and node is a network namespace of this machine);
+    (every test host and node is a network namespace of this machine), and idle cores:
+    their CPU over 10 s while every task runs and nothing happens, in cores;
   - floor: one trivial job of N tasks through the backend's own tool (scalefloor.py).
 
 The slope of each column is the log-log slope between the smallest and the largest N
@@ -80,6 +82,10 @@ SUPERVISOR_MIB = 30
 TASK_MEMORY = {"sge": "256M", "slurm": "256M", "yarn": "64M"}
 #: skein's application master (mxbatch asks for 512 MiB)
 YARN_MASTER_MB = 512
+#: seconds over which the job's CPU is measured while its tasks idle
+IDLE_S = 10.0
+#: how long a size waits for the load of the one before to settle
+SETTLE_S = 120
 #: how long a size waits for other users' jobs to leave it room on a shared cluster
 WAIT_FOR_ROOM_S = 600
 #: seconds a size may take to have every task running before it counts as failed
@@ -88,7 +94,7 @@ SLOPE_NAMES = ((0.35, "flat"), (0.8, "sub-linear"), (1.4, "linear"), (1.8, "supe
                (math.inf, "quadratic"))
 COLUMNS = (("submit_to_running_s", "submit->running"), ("teardown_s", "teardown"),
            ("status_s", "status"), ("cpu_s", "CPU s"), ("peak_mib", "peak MiB"),
-           ("floor_s", "floor"), ("job_mib", "job MiB"))
+           ("floor_s", "floor"), ("job_mib", "job MiB"), ("idle_cores", "idle cores"))
 
 
 class Stop(Exception):
@@ -282,6 +288,25 @@ def job_pss_mib(job_id: str, but: int) -> Tuple[int, float]:
     return count, kib / 1024
 
 
+def idle_cores(job_id: str, but: int, seconds: float = IDLE_S) -> float:
+    """The CPU the job's processes here (not the CLI ``but``) take while every task runs
+    and nothing happens, in cores: their CPU seconds over ``seconds`` of wall time (the
+    processes alive at both ends)."""
+    def cpu() -> Dict[int, float]:
+        found = {}
+        for proc in job_processes(job_id):
+            pid = proc if isinstance(proc, int) else proc.pid
+            spent = _proc_cpu_s(pid) if pid != but else None
+            if spent is not None:
+                found[pid] = spent
+        return found
+
+    before, t0 = cpu(), time.time()
+    time.sleep(seconds)
+    after, t1 = cpu(), time.time()
+    return sum(after[p] - before[p] for p in after.keys() & before.keys()) / (t1 - t0)
+
+
 def _vm_hwm_kib(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -405,7 +430,7 @@ class Job:
 
 
 def measure(backend: Backend, n: int, env: Dict[str, str], folder: Path,
-            raise_max: bool) -> dict:
+            raise_max: bool, idle_s: float = IDLE_S) -> dict:
     """One job of N tasks on ``backend``; raises on any failure (after cleaning up)."""
     spec = write_spec(folder, backend, n, env, raise_max)
     env = dict(env, MXBATCH_HOME=str(folder / f"home-{n}"))  # this job's alone
@@ -419,6 +444,9 @@ def measure(backend: Backend, n: int, env: Dict[str, str], folder: Path,
         result["job"] = job.job_id
         result["cli_cpu_to_running_s"] = _proc_cpu_s(job.proc.pid)
         result["submit_to_running_s"] = max(r["exec_at"] for r in records) - job.t0
+        spent = [r["exec_cpu_s"] for r in records if r.get("exec_cpu_s") is not None]
+        if spent:  # what a task's supervisor took before it exec'd the role
+            result["exec_cpu_mean_s"] = statistics.mean(spent)
         reached = [r.get("reached_at") for r in records]
         if all(reached):
             result["submit_to_reached_s"] = max(reached) - job.t0
@@ -426,6 +454,7 @@ def measure(backend: Backend, n: int, env: Dict[str, str], folder: Path,
         result["status_runs_s"] = statuses
         result["status_s"] = statistics.median(statuses)
         result["job_processes"], result["job_mib"] = job_pss_mib(str(job.job_id), job.proc.pid)
+        result["idle_cores"] = idle_cores(str(job.job_id), job.proc.pid, idle_s)
         agents = {r["supervisor_pid"] for r in records if r.get("supervisor_pid")}
         agents.discard(job.proc.pid)
         result["agents_cpu_s"] = sum(_proc_cpu_s(p) or 0.0 for p in agents)
@@ -512,6 +541,14 @@ def memory_available_mib() -> float:
     return math.inf
 
 
+def settle(timeout: float = SETTLE_S) -> None:
+    """Until the 1-minute load average is below 2 a core (the previous size's teardown
+    of hundreds of processes leaves it far above), at most ``timeout`` seconds."""
+    deadline = time.time() + timeout
+    while os.getloadavg()[0] > 2 * (os.cpu_count() or 1) and time.time() < deadline:
+        time.sleep(5)
+
+
 def wait_for_room(backend: Backend, n: int, env: Dict[str, str]) -> None:
     """Until the cluster could start all N tasks (other users' jobs share it), or
     ``Stop`` after WAIT_FOR_ROOM_S."""
@@ -531,6 +568,16 @@ def wait_for_room(backend: Backend, n: int, env: Dict[str, str]) -> None:
         time.sleep(5)
 
 
+def fits_in_memory(backend: Backend, rows: List[dict]) -> int:
+    """The largest N (two significant digits) that 80 % of this machine's available
+    memory holds at the memory a task took so far; 0 before any size was measured."""
+    if not rows:
+        return 0
+    n = int(0.8 * memory_available_mib() / task_mib(backend, rows))
+    step = 10 ** max(0, len(str(n)) - 2)
+    return n // step * step
+
+
 def task_mib(backend: Backend, rows: List[dict]) -> float:
     """Memory a task will cost on this machine: what one cost at the largest N so far
     (the job's proportional set size over N), with a quarter more for what is not
@@ -542,7 +589,8 @@ def task_mib(backend: Backend, rows: List[dict]) -> float:
 
 
 def run_backend(backend: Backend, sizes: List[int], home: Path, raise_max: bool,
-                on_row: Callable[[List[dict]], None] = lambda rows: None) -> dict:
+                on_row: Callable[[List[dict]], None] = lambda rows: None,
+                idle_s: float = IDLE_S, settle_s: float = SETTLE_S) -> dict:
     """Every size in turn, until one cannot be held or fails: {"rows", "stopped"}.
     ``on_row``: called with the rows so far after each size."""
     env = dict(os.environ) if backend.cluster is None else cluster_env(backend.cluster)
@@ -559,7 +607,10 @@ def run_backend(backend: Backend, sizes: List[int], home: Path, raise_max: bool,
         # the largest job the cluster runs at once is measured too, before the stop
         sizes = sorted({n for n in sizes if n < capacity} | {capacity}
                        | {n for n in sizes if n > capacity})
-    for n in sizes:
+    pending = list(sizes)
+    squeezed = False
+    while pending:
+        n = pending.pop(0)
         try:
             if n > backend.ceiling and not raise_max:
                 raise Stop(f"stopped before N={n}: above the {backend.name} backend's ceiling "
@@ -568,15 +619,22 @@ def run_backend(backend: Backend, sizes: List[int], home: Path, raise_max: bool,
             if capacity is not None and n > capacity:
                 raise Stop(f"stopped before N={n}: the cluster has {capacity} {backend.holds}, "
                            f"so not every task could run at once")
+            fits = fits_in_memory(backend, rows)
+            if n * task_mib(backend, rows) > 0.8 * memory_available_mib() and not squeezed \
+                    and rows and rows[-1]["n"] < fits < n:
+                # the largest job that fits in memory is measured first (once), then the stop
+                pending.insert(0, n)
+                n, squeezed = fits, True
             need = n * task_mib(backend, rows)
             if need > 0.8 * memory_available_mib():
                 raise Stop(f"stopped before N={n}: about {need:.0f} MiB needed "
                            f"({need / n:.0f} MiB a task), {memory_available_mib():.0f} MiB "
                            f"available on this machine (at most 80 % of it is used)")
             wait_for_room(backend, n, env)
+            settle(settle_s)
             print(f"{backend.name} N={n}: load average "
                   f"{' '.join('%.1f' % x for x in os.getloadavg())}", flush=True)
-            row = measure(backend, n, env, folder, raise_max)
+            row = measure(backend, n, env, folder, raise_max, idle_s)
             row.update(floor(backend, n, env, folder))
             if row.get("floor_error"):
                 print(f"  floor: {row['floor_error']}", flush=True)
@@ -639,7 +697,7 @@ def chart(name: str, result: dict) -> Optional[str]:
     images.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6, 3.6), dpi=90)
     for key, label in COLUMNS:
-        if key.endswith("_mib"):
+        if key.endswith("_mib") or key == "idle_cores":
             continue
         points = [(r["n"], r[key]) for r in result["rows"] if r.get(key)]
         if points:
@@ -691,7 +749,9 @@ blocks, as idle as a ps-lite role waiting for work), measured from the job's own
   (as `mxbatch submit` without a global driver);
 - **job MiB**: the sum of the proportional set sizes of the job's processes on this
   machine (supervisors, roles, the hosts' agents; every test host and node is a network
-  namespace of this machine) while every task runs.
+  namespace of this machine) while every task runs;
+- **idle cores**: the CPU those processes take while every task runs and nothing
+  happens (their CPU seconds over 10 s), in cores: what holding N idle tasks costs.
 
 The slope is the log-log slope between the smallest and the largest N measured: flat
 (< 0.35), sub-linear (< 0.8), linear (< 1.4), super-linear (< 1.8), quadratic.
@@ -770,6 +830,11 @@ def main() -> None:
                              "files (comma-separated; a backend in a later one replaces it)")
     parser.add_argument("--write-docs", action="store_true",
                         help="rewrite the scale section of docs/benchmarks.md")
+    parser.add_argument("--idle-seconds", type=float, default=IDLE_S,
+                        help="how long the idle CPU of a running job is measured")
+    parser.add_argument("--settle-seconds", type=float, default=SETTLE_S,
+                        help="how long each N waits for the load average to fall below 2 "
+                             "a core")
     parser.add_argument("--raise-max-tasks", action="store_true",
                         help="set the spec's max_tasks to N above a backend's ceiling")
     args = parser.parse_args()
@@ -806,7 +871,8 @@ def main() -> None:
                 args.json.write_text(json.dumps({"machine": started, "results": partial},
                                                 indent=1))
 
-        results[name] = run_backend(backend, sizes, home / name, args.raise_max_tasks, save)
+        results[name] = run_backend(backend, sizes, home / name, args.raise_max_tasks, save,
+                                    args.idle_seconds, args.settle_seconds)
     for name, result in results.items():
         if result["rows"]:
             print(f"\n{name} (seconds; CPU s and peak MiB: the launcher)")
