@@ -1,6 +1,6 @@
 """mxbatch at scale: jobs of N stand-in roles, measured from the job's own records.
 
-    python bench/scale.py [--backends local,ssh,mpi,sge,yarn,slurm]
+    python bench/scale.py [--backends local,ssh,mpi,sge,yarn,slurm,slurm-alloc]
         [--sizes 16,64,256,1000] [--json PATH] [--charts] [--write-docs]
         [--raise-max-tasks] [--idle-seconds S] [--settle-seconds S]
         [--from-json A.json,B.json]
@@ -34,7 +34,10 @@ The slope of each column is the log-log slope between the smallest and the large
 measured, named flat (< 0.35), sub-linear (< 0.8), linear (< 1.4), super-linear (< 1.8)
 or quadratic. Backends other than local need their test cluster up (an env file under
 $MXBATCH_CLUSTER_STATE, default /tmp/mxbatch-clusters: hosts.env for ssh and mpi,
-sge.env, yarn.env, slurm.env); one that is not up is skipped with a line. On a cluster
+sge.env, yarn.env, slurm.env for slurm and slurm-alloc); one that is not up is
+skipped with a line. slurm submits arrays (a task a CPU); slurm-alloc runs the CLI
+inside ``salloc`` of the default partition's nodes, one CPU each (the slurm-steps
+variant: an agent a node as an srun step, the node's roles sharing its CPU). On a cluster
 that holds fewer tasks than some N (its slots, CPUs or containers) the largest job it
 holds is measured too; a size waits (up to 10 min) while other users' jobs leave too
 little room. A backend stops at the first N it cannot hold (its ceiling of tasks, this
@@ -121,6 +124,14 @@ class Backend:
     #: how many tasks the cluster could start now (other users' jobs hold the rest;
     #: None: no cluster to share); a size waits for room (``WAIT_FOR_ROOM_S``)
     free: Callable[[Dict[str, str]], Optional[int]] = lambda env: None
+    #: the mxbatch backend it runs (default: ``name``) and what the CLI runs under
+    #: (``salloc ...``: inside an allocation)
+    backend: str = ""
+    prefix: Callable[[Dict[str, str]], List[str]] = lambda env: []
+
+    @property
+    def mxbatch(self) -> str:
+        return self.backend or self.name
 
 
 def sge_free(env: Dict[str, str]) -> Optional[int]:
@@ -132,6 +143,14 @@ def sge_free(env: Dict[str, str]) -> Optional[int]:
         if fields and fields[0] == env["MXBATCH_SGE_QUEUE"]:
             return int(fields[4])
     return None
+
+
+def slurm_nodes(env: Dict[str, str]) -> int:
+    """How many nodes the default partition has."""
+    out = subprocess.run(["sinfo", "-h", "-o", "%P %D"], capture_output=True, text=True,
+                         env=env, timeout=30).stdout
+    return next(int(line.split()[1]) for line in out.splitlines()
+                if line.split()[0].endswith("*"))
 
 
 def slurm_free(env: Dict[str, str]) -> Optional[int]:
@@ -188,13 +207,21 @@ _HOSTFILE = "hostfile: {}".format
 BACKENDS = {
     "local": Backend("local", ceiling=1_000),
     "ssh": Backend("ssh", "hosts", lambda env: _HOSTFILE(env["MXBATCH_TEST_HOSTFILE"])),
-    "mpi": Backend("mpi", "hosts", lambda env: _HOSTFILE(env["MXBATCH_TEST_HOSTFILE"]),
+    # every rank's agent is a Python process: 840 of them took longer than the default
+    # start_timeout (120 s) to start on 2 cores, which is a deadline, not the ceiling
+    "mpi": Backend("mpi", "hosts", lambda env: _HOSTFILE(env["MXBATCH_TEST_HOSTFILE"])
+                   + ", start_timeout: 30m",
                    extra_env={"OMPI_ALLOW_RUN_AS_ROOT": "1",
                               "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"},
                    task_mib=ROLE_MIB + SUPERVISOR_MIB),
     "slurm": Backend("slurm", "slurm", capacity=slurm_cpus, free=slurm_free,
                      task_mib=ROLE_MIB + SUPERVISOR_MIB,
                      holds="CPUs in its default partition, one a task"),
+    # inside an allocation of every node of the default partition, one CPU each: one
+    # agent a node (an srun step), the node's roles sharing its CPU (oversubscribed)
+    "slurm-alloc": Backend("slurm-alloc", "slurm", backend="slurm",
+                           prefix=lambda env: ["salloc", "--quiet", f"--nodes={slurm_nodes(env)}",
+                                               "--job-name=scale-alloc"]),
     "sge": Backend("sge", "sge", lambda env: "submitter: qsub", capacity=sge_slots, free=sge_free,
                    task_mib=ROLE_MIB + SUPERVISOR_MIB,
                    holds="slots in its default queue, one a task"),
@@ -231,7 +258,7 @@ def write_spec(folder: Path, backend: Backend, n: int, env: Dict[str, str],
         spec["max_tasks"] = n
     options = backend.options(env)
     if options or backend.name != "local":
-        spec["backends"] = {backend.name: _flow_map(options)}
+        spec["backends"] = {backend.mxbatch: _flow_map(options)}
     path = folder / f"scale{n}-{backend.name}.yaml"
     path.write_text(json.dumps(spec, indent=1))  # JSON is YAML
     return path
@@ -326,9 +353,9 @@ class Job:
         self.out = tempfile.TemporaryFile()
         self.t0 = time.time()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mxbatch", "submit", "--wait", "--quiet", "-b", backend.name,
-             str(spec)], stdout=self.out, stderr=subprocess.STDOUT, env=env,
-            start_new_session=True)
+            backend.prefix(env) + [sys.executable, "-m", "mxbatch", "submit", "--wait",
+                                   "--quiet", "-b", backend.mxbatch, str(spec)],
+            stdout=self.out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.job_id: Optional[str] = None
         self.run_dir: Optional[Path] = None
         self.peak_kib = 0
@@ -344,6 +371,11 @@ class Job:
         self.out.seek(0)
         return self.out.read().decode(errors="replace")
 
+    def said(self, keep: int = 1000) -> str:
+        """The CLI's output, its start and its end when it is long (the cause comes first)."""
+        text = self.output()
+        return text if len(text) <= 2 * keep else f"{text[:keep]}\n[...]\n{text[-keep:]}"
+
     def find(self, timeout: float = 120) -> None:
         """The job's id and run directory, from its record in the private home."""
         deadline = time.time() + timeout
@@ -355,7 +387,7 @@ class Job:
                     return
             time.sleep(0.1)
         raise RuntimeError(f"no job record after {timeout:.0f} s; the CLI said:\n"
-                           + self.output()[-2000:])
+                           + self.said())
 
     def wait_running(self, timeout: float) -> List[dict]:
         """Every task record, once every task is RUNNING: the digest says so, or (where
@@ -368,7 +400,7 @@ class Job:
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the job ended (exit {self.proc.returncode}) before every "
-                                   f"task ran:\n{self.output()[-2000:]}")
+                                   f"task ran:\n{self.said()}")
             states = (_read_json(digest) or {}).get("states")
             if states is None or states.get("RUNNING") == self.n:
                 records = _records(self.run_dir)
@@ -646,7 +678,7 @@ def run_backend(backend: Backend, sizes: List[int], home: Path, raise_max: bool,
             stopped = str(stop)
             break
         except Exception as exc:  # any failure stops this backend, said
-            stopped = f"stopped at N={n}: {type(exc).__name__}: {str(exc).strip()[:1500]}"
+            stopped = f"stopped at N={n}: {type(exc).__name__}: {str(exc).strip()[:2500]}"
             break
         finally:
             if stopped:
@@ -691,6 +723,7 @@ def chart(name: str, result: dict) -> Optional[str]:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         return None
     images = ROOT / "docs" / "img"
@@ -707,6 +740,10 @@ def chart(name: str, result: dict) -> Optional[str]:
             ax.plot(xs, ys, marker="o", label=label + named)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    sizes = [r["n"] for r in result["rows"]]  # the N measured, as numbers
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xticks(sizes)
+    ax.set_xticklabels([str(n) for n in sizes])
     ax.set_title(f"mxbatch at scale: {name}")
     ax.set_xlabel("tasks (N)")
     ax.set_ylabel("seconds (CPU s: CPU seconds)")
@@ -751,12 +788,20 @@ blocks, as idle as a ps-lite role waiting for work), measured from the job's own
   machine (supervisors, roles, the hosts' agents; every test host and node is a network
   namespace of this machine) while every task runs;
 - **idle cores**: the CPU those processes take while every task runs and nothing
-  happens (their CPU seconds over 10 s), in cores: what holding N idle tasks costs.
+  happens (their CPU seconds over 10 s), in cores: what holding N idle tasks costs
+  (the launcher is not among them: local's agent is the launcher, so local's column
+  is its idle roles' alone).
 
 The slope is the log-log slope between the smallest and the largest N measured: flat
 (< 0.35), sub-linear (< 0.8), linear (< 1.4), super-linear (< 1.8), quadratic.
 Spec: `grace: 5s`, `heartbeat_timeout: 2m`, `stall_timeout: null`; SGE and Slurm tasks
-ask for 1 CPU and 256M (SGE's `h_vmem`), YARN's containers for 64 MiB. A backend
+ask for 1 CPU and 256M (SGE's `h_vmem`), YARN's containers for 64 MiB; MPI's
+`start_timeout: 30m`. The hosts: the 4 namespace test hosts of `ci/clusters/hosts-up.sh`
+(ssh, MPI, SGE's execds, Slurm's nodes), all on this machine. **slurm** submits arrays
+(a task a CPU, partition `debug`: 3 nodes of 4 CPUs); **slurm-alloc** runs the same
+`submit --wait` inside `salloc --nodes=3` (one CPU a node): one agent a node as an
+`srun --overlap` step, the node's roles sharing its CPU, the way to oversubscribe the
+nodes (its floor: `salloc --nodes=3 srun --overcommit --ntasks=N`). A backend
 stops at the first N its cluster cannot hold at once (its slots, CPUs or containers),
 that this machine's memory cannot (from the memory a task took at the largest N so
 far), above its ceiling of tasks, or at the first N that fails; its line says which."""
@@ -776,13 +821,28 @@ def measured_line(result: dict, started: dict) -> str:
     return f"Measured {measured['date']}; load average {load} (1, 5, 15 min) at its start."
 
 
+def stop_line(stopped: str, most: int = 600) -> str:
+    """Why a backend stopped, as one sentence of the docs: the CLI's lines joined, but
+    for those that only point into the scratch run directory (the job id, "submitted
+    ... run directory ...", "see the log: ...")."""
+    noise = ("mxbatch: submitted ", "mxbatch: see the log")
+    lines = [line.strip() for line in stopped.splitlines()]
+    text = " / ".join(line for line in lines  # a line without a space: the job id
+                      if line and not line.startswith(noise) and " " in line)
+    if len(text) > most:
+        text = text[:most].rstrip() + " [...]"
+    return text[0].upper() + text[1:].rstrip(".") + "."
+
+
 def docs_section(started: dict, results: Dict[str, dict], charts: Dict[str, str]) -> str:
     """The Markdown of docs/benchmarks.md's scale section."""
     from report import markdown_table
 
     parts = ["## Scale (`bench/scale.py`)", "",
-             "```bash", ".venv/bin/python bench/scale.py --backends local,ssh,mpi,sge,yarn,slurm "
-             "--sizes 16,64,256,1000 --json scale.json --charts --write-docs", "```", "",
+             "```bash", ".venv/bin/python bench/scale.py --backends local,ssh,mpi "
+             "--sizes 16,64,256,1000 --json a.json   # and so on, a backend at a time",
+             ".venv/bin/python bench/scale.py --from-json a.json,b.json --charts --write-docs",
+             "```", "",
              WHAT, "", f"Machine: {machine_line(started)}."]
     for name, result in results.items():
         parts += ["", f"### {name}", ""]
@@ -795,7 +855,7 @@ def docs_section(started: dict, results: Dict[str, dict], charts: Dict[str, str]
             if failed:
                 parts += ["", "No floor at " + "; ".join(failed) + "."]
         if result["stopped"]:
-            parts += ["", result["stopped"][0].upper() + result["stopped"][1:].rstrip(".") + "."]
+            parts += ["", stop_line(result["stopped"])]
         if name in charts:
             parts += ["", charts[name]]
     return "\n".join(parts) + "\n"

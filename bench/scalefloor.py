@@ -15,6 +15,8 @@ run and the job is gone:
   - sge: one array job, ``qsub -sync y -t 1-N`` (qsub returns once every task ended);
   - slurm: one array job, ``sbatch --array=0-(N-1)``, then ``squeue`` every 0.1 s until
     it no longer lists the job;
+  - slurm-alloc: ``salloc --nodes=K srun --overcommit --ntasks=N`` over the default
+    partition's K nodes (one CPU each, shared by their tasks);
   - yarn: one skein application of N containers (64 MiB each, as the scale job's),
     submitted through a skein driver the floor starts (as ``mxbatch submit`` does without
     a global driver); ``floor_driver_s`` is the driver's start alone. The application
@@ -182,7 +184,18 @@ def floor_yarn(n: int, env: Dict[str, str], folder: Path) -> dict:
     return result
 
 
+def floor_slurm_alloc(n: int, env: Dict[str, str], folder: Path) -> dict:
+    nodes = subprocess.run(["sinfo", "-h", "-o", "%P %D"], capture_output=True, text=True,
+                           env=env, timeout=30).stdout
+    count = next(line.split()[1] for line in nodes.splitlines() if line.split()[0].endswith("*"))
+    t0 = time.time()
+    _run(["salloc", "--quiet", f"--nodes={count}", f"--job-name=scale-floor-{n}", "srun",
+          "--overcommit", f"--ntasks={n}", "--distribution=cyclic", f"--chdir={folder}"]
+         + TRIVIAL, env, "salloc srun")
+    return {"floor_s": time.time() - t0}
+
+
 FLOORS: Dict[str, Callable[[int, Dict[str, str], Path], dict]] = {
     "ssh": floor_ssh, "mpi": floor_mpi, "sge": floor_sge, "slurm": floor_slurm,
-    "yarn": floor_yarn,
+    "slurm-alloc": floor_slurm_alloc, "yarn": floor_yarn,
 }

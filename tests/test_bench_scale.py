@@ -61,7 +61,8 @@ def test_local_small_sizes(tmp_path):
 @pytest.mark.parametrize("backend", [
     pytest.param("ssh", marks=pytest.mark.ssh), pytest.param("mpi", marks=pytest.mark.mpi),
     pytest.param("sge", marks=pytest.mark.sge), pytest.param("yarn", marks=pytest.mark.yarn),
-    pytest.param("slurm", marks=pytest.mark.slurm)])
+    pytest.param("slurm", marks=pytest.mark.slurm),
+    pytest.param("slurm-alloc", marks=pytest.mark.slurm)])
 def test_cluster_backend_small_size(tmp_path, backend):
     """One job of 4 tasks and its floor through the real cluster."""
     result = run_scale(tmp_path, backend, "4")
@@ -106,3 +107,15 @@ def test_runs_merged_into_one_section(scale):
     assert "### ssh" in text and "### sge" in text
     assert "Measured day 1; load average 1.0 1.0 1.0" in text
     assert "Measured day 2, later; load average 3.0 3.0 3.0" in text
+
+
+def test_stop_line_keeps_the_cause(scale):
+    """The CLI's words, joined, without the lines that only point into the scratch run
+    directory."""
+    stopped = ("stopped at N=830: RuntimeError: the job ended (exit 1) before every task "
+               "ran:\nscale830-49cbc4a5\nmxbatch: submitted scale830-49cbc4a5 to mpi; run "
+               "directory /tmp/x\nmxbatch: job scale830-49cbc4a5 FAILED: server[22] lost\n"
+               "mxbatch: see the log: /tmp/x/logs/server-22.log\n")
+    assert scale.stop_line(stopped) == (
+        "Stopped at N=830: RuntimeError: the job ended (exit 1) before every task ran: / "
+        "mxbatch: job scale830-49cbc4a5 FAILED: server[22] lost.")
