@@ -2,7 +2,8 @@
 stand-in roles, what only MPI does: a host's sshd (orted's session) killed mid-job ends
 the job within 15 s in mpirun's words, which name the host; a killed orted is a node
 failure of its host (the relaunch without it: test_ssh_restarts.py); a bad host fails the
-submission naming the tasks and host that never started. (Placement, secrets, a failing
+submission naming the tasks and host that never started, and so does mpirun slower than
+backends.mpi.start_timeout, saying so. (Placement, secrets, a failing
 worker, cancel and Ctrl-C: test_host_backends.py.) Running mpirun as root is the tests'
 explicit choice (OMPI_ALLOW_RUN_AS_ROOT*)."""
 
@@ -17,6 +18,7 @@ import pytest
 from .conftest import FAKEROLE, Cli, assert_no_processes, task_record
 from .hostjobs import (
     abort_record,
+    fake_spec,
     host_addresses,
     kill,
     on_command_lines,
@@ -90,3 +92,25 @@ def test_mpirun_refusing_root_says_how_to_allow_it(home, hosts_env, tmp_path):
     assert "mpirun has detected an attempt to run as root" in result.stderr
     assert "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in result.stderr
     assert "Traceback" not in result.stderr and cli.run_dirs() == []
+
+
+def test_start_timeout_passed_is_said_and_nothing_is_left(hosts_cli, hosts_env, tmp_path):
+    """mpirun slower than backends.mpi.start_timeout (bench/scale.py: 840 ranks on 2
+    cores took longer than the default 120 s): the error names the option and its value
+    (it said only "mpirun could not start the job"), names 10 tasks and counts the
+    rest, rather than a line for each of hundreds."""
+    name = "mpislow-" + secrets.token_hex(3)
+    spec = fake_spec(tmp_path, "mpi", hosts_env, name=name, workers=13)
+    spec.write_text(spec.read_text().replace("mpi: {hostfile:", "mpi: {start_timeout: 0.1s, "
+                                                                 "hostfile:"))
+    result = hosts_cli.run("submit", "--wait", "-b", "mpi", str(spec), cwd=tmp_path)
+    assert result.returncode == 3, result.stderr
+    assert "mpirun had not started every rank's agent after backends.mpi.start_timeout " \
+           "(0.1 s)" in result.stderr
+    assert "raise backends.mpi.start_timeout" in result.stderr
+    named = result.stderr.count("never started\n")
+    assert named <= 10, result.stderr
+    if named == 10:  # 11 or more of the 16 had not started
+        assert "more: their agents never started either" in result.stderr
+    assert "Traceback" not in result.stderr and hosts_cli.run_dirs() == []
+    assert on_command_lines(f"/{name}-") == []

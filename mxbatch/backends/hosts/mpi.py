@@ -77,6 +77,8 @@ from .controller import (
 
 NAME = "mpi"
 RANK_VARIABLES = "OMPI_COMM_WORLD_RANK,PMI_RANK"
+#: a submission that fails names this many tasks that never started, then counts the rest
+NAMED = 10
 
 
 class MpiFlavor(str, enum.Enum):
@@ -456,13 +458,20 @@ class MpiController(Controller):
             if not missing:
                 break
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                timed_out = self.proc.poll() is None
                 self._stop_mpirun()
                 said = mpirun_said(self.log_path)
+                what = (f"mpirun had not started every rank's agent after "
+                        f"backends.mpi.start_timeout ({self.setup.start_timeout_s:g} s)"
+                        if timed_out else "mpirun could not start the job")
                 raise unavailable(
                     [(self.task_hosts[i], f"the agent of {self.plan.tasks[i].label} "
-                                                "never started") for i in missing]
+                                                "never started") for i in missing[:NAMED]]
+                    + ([(f"and {len(missing) - NAMED} more", "their agents never started "
+                         "either")] if len(missing) > NAMED else [])
                     + [("mpirun", f"exit {self.proc.returncode}: {said}")],
-                    "mpirun could not start the job", hint=_hint(said))
+                    what, hint=("raise backends.mpi.start_timeout: every rank's agent is a "
+                                "Python process to start" if timed_out else _hint(said)))
             time.sleep(0.2)
         _remove_quietly(self.setup.environ_file)
 
