@@ -26,7 +26,12 @@ here also makes dmlc_tracker's ``get_host_ip`` return the bridge address (what
 ``-F $MXBATCH_SSH_CONFIG`` (its ssh launcher takes no config option). mpirun runs as
 root through OMPI_ALLOW_RUN_AS_ROOT*, for both. No traffic leaves the test hosts.
 
-    .venv/bin/python bench/hosts_vs_launchpy.py [--repeat 1] [--crash-timeout 60]
+``--baseline DIR`` adds "mxbatch ssh (baseline)" and "mxbatch mpi (baseline)": the
+mxbatch of another checkout (DIR first on PYTHONPATH), interleaved with the others, so
+that a change is compared with the code before it in one run, at one load.
+
+    .venv/bin/python bench/hosts_vs_launchpy.py [--repeat 1] [--crash-timeout 60] \
+        [--baseline DIR] [--only ssh|mpi]
 """
 
 from __future__ import annotations
@@ -64,8 +69,8 @@ SHIM = ("import os, dmlc_tracker.tracker as tracker\n"
         + LAUNCH_PY_SHIM)
 
 
-def launchers(hostfile: str) -> Dict[str, object]:
-    """name -> argv maker (t0, token, crash)."""
+def launchers(hostfile: str, baseline: bool) -> Dict[str, object]:
+    """name -> argv maker (t0, token, crash); with the baseline's mxbatch too."""
     def launch_py(kind: str):
         return lambda t0, token, crash: [
             sys.executable, "-c", SHIM, "-n", "2", "-s", "2", "-H", hostfile,
@@ -76,8 +81,13 @@ def launchers(hostfile: str) -> Dict[str, object]:
             sys.executable, "-m", "mxbatch", "launch", "-n", "2", "-s", "2", "-H", hostfile,
             "--launcher", kind, "--grace", "5s", *command(t0, token, crash)]
 
-    return {"launch.py ssh": launch_py("ssh"), "mxbatch ssh": mxbatch("ssh"),
-            "launch.py mpi": launch_py("mpi"), "mxbatch mpi": mxbatch("mpi")}
+    found = {}
+    for kind in ("ssh", "mpi"):
+        found[f"launch.py {kind}"] = launch_py(kind)
+        if baseline:
+            found[f"mxbatch {kind} (baseline)"] = mxbatch(kind)
+        found[f"mxbatch {kind}"] = mxbatch(kind)
+    return found
 
 
 def secret_shown() -> bool:
@@ -147,7 +157,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--crash-timeout", type=float, default=60.0)
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="also run the mxbatch of this checkout (see the docstring)")
+    parser.add_argument("--only", choices=("ssh", "mpi"), help="one launcher kind only")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     hosts = cluster_env("hosts")
     work = Path(tempfile.mkdtemp(prefix="mxbatch-bench-hosts-"))
     shutil.copy(EXAMPLES / SCRIPT, work / SCRIPT)
@@ -160,12 +174,13 @@ def main() -> None:
     env = dict(hosts, MXBATCH_HOME=str(work / "home"), OMP_NUM_THREADS="1",
                AWS_SECRET_ACCESS_KEY=SECRET, OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    makers = {name: make for name, make in launchers(str(hostfile), bool(args.baseline)).items()
+              if args.only is None or f" {args.only}" in name}
     env_of = {name: dict(env, PATH=f"{wrapper}:{env['PATH']}",
                          BENCH_HOST_IP=hosts["MXBATCH_TEST_BRIDGE_IP"])
-              if name.startswith("launch.py")
-              else env for name in ("launch.py ssh", "mxbatch ssh", "launch.py mpi",
-                                    "mxbatch mpi")}
-    makers = launchers(str(hostfile))
+              if name.startswith("launch.py") else
+              dict(env, PYTHONPATH=str(Path(args.baseline).resolve()))
+              if name.endswith("(baseline)") else env for name in makers}
     results: Dict[str, List[dict]] = {name: [] for name in makers}
     for _ in range(args.repeat):
         for name, make in makers.items():  # interleaved: the same machine state for all
@@ -181,7 +196,8 @@ def main() -> None:
                        "; nothing left")
 
     print(f"\n4 hosts (network namespaces, one {os.cpu_count()}-core machine, load "
-          f"{os.getloadavg()[0]:.0f}), 2 servers + 2 workers, dist_sync, {SCRIPT} "
+          f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after), 2 servers + 2 "
+          f"workers, dist_sync, {SCRIPT} "
           f"{' '.join(ARGS)}; {args.repeat} run(s) each (median, min-max)\n")
     rows: List[List[Optional[str]]] = [["", *makers]]
     rows.append(["exit codes", *(" ".join(str(r["rc"]) for r in results[n]) for n in makers)])
