@@ -1,6 +1,7 @@
 """The rendezvous over a channel (an ssh session's stdin/stdout): the agent's side
 (``ChannelRendezvous``) against the submit host's relay (``serve_call`` on a
-``FileRendezvous``), over real pipes; and what the agent sees when the channel breaks."""
+``FileRendezvous``), over real pipes; what the agent sees when the channel breaks; and
+the submit host's push that the scheduler's record changed."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 import pytest
 
 from mxbatch.runtime.channel import Channel, ChannelClosed, decode_bytes
-from mxbatch.runtime.channelrdv import ChannelRendezvous, serve_call
+from mxbatch.runtime.channelrdv import PUSHED, ChannelRendezvous, serve_call
 from mxbatch.runtime.rendezvous import FileRendezvous
 from mxbatch.runtime.roles import Role
 from mxbatch.runtime.states import (
@@ -22,6 +23,7 @@ from mxbatch.runtime.states import (
     TaskRecord,
     TaskState,
 )
+from mxbatch.runtime.wire import TYPE_KEY, MessageType
 
 from .polling import poll
 
@@ -53,6 +55,8 @@ class Relay(threading.Thread):
                 continue
             if message["t"] == "call":
                 value = serve_call(self.rdv, message["m"], message.get("a"))
+                if message["m"] in PUSHED:  # (the controller tells the other agents)
+                    self.channel.send({TYPE_KEY: MessageType.PUBLISHED})
                 if "id" in message:
                     self.channel.send({"t": "ret", "id": message["id"], "v": value})
                     self.channel.flush_until(time.monotonic() + 5)
@@ -116,3 +120,24 @@ def test_a_silent_submit_host_is_a_lost_channel_after_the_reply_timeout(tmp_path
     assert 0.5 <= time.monotonic() - started < 3
     assert "no message within the deadline" in remote.read_abort().reason
     host_end.close()
+
+
+def test_the_scheduler_news_pushed_between_calls_is_read_without_blocking(tmp_path):
+    agent_end, host_end = channel_pair()
+    remote = ChannelRendezvous(agent_end, reply_timeout_s=5, where="the agent on h4")
+    assert remote.scheduler_news() is False  # nothing came: no wait either
+    host_end.send({TYPE_KEY: MessageType.PUBLISHED})
+    assert remote.scheduler_news() is True
+    assert remote.scheduler_news() is False  # once
+    host_end.close()
+    assert remote.scheduler_news() is False and remote.lost is None
+    assert "lost its connection" in remote.read_abort().reason
+
+
+def test_the_scheduler_news_that_comes_while_a_call_waits_is_kept(linked):
+    remote, _, _ = linked
+    remote.publish_scheduler(SchedulerRecord(job_id="j", ip="10.0.0.1", port=9000))
+    # the relay pushes before it answers the next call: the call skips it, keeps it
+    assert remote.read_scheduler().address == "10.0.0.1:9000"
+    assert remote.scheduler_news() is True
+    assert remote.scheduler_news() is False

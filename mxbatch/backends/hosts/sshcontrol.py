@@ -23,6 +23,10 @@ its roles from then on, and those that had started stop them (the job's abort re
 read by their agents within the abort poll); ``prepare`` waits until their sessions
 have ended before it raises, so nothing is left running anywhere.
 
+When a host's agent publishes the scheduler's record (its address, then that it
+listens), the controller tells every other host's agent at once (``PUBLISHED``), whose
+waiting members then look for it without waiting for the end of their backoff.
+
 Each attempt of the job has a controller of its own: new sessions, the tasks placed
 (``place_hosts``) on the hosts of the hostfile less those excluded after a node
 failure (a session lost: ``node_failure`` naming the host; a relaunch whose host does
@@ -47,7 +51,7 @@ from ...errors import MxbatchError
 from ...runtime import osbytes, wire
 from ...runtime.attempts import AttemptEnd
 from ...runtime.channel import Channel, ChannelClosed, Message, decode_bytes
-from ...runtime.channelrdv import serve_call
+from ...runtime.channelrdv import PUSHED, serve_call
 from ...runtime.jobloop import AttemptContext
 from ...runtime.logfile import TaskLog
 from ...runtime.net import interface_ip, source_ip_towards
@@ -601,6 +605,8 @@ class SshController(Controller):
                 value = None
             if "id" in message:
                 link.channel.send({TYPE_KEY: MessageType.RET, "id": message["id"], "v": value})
+            if method in PUSHED:
+                self._push(link, {TYPE_KEY: MessageType.PUBLISHED})
         elif kind == MessageType.LOG:
             self._append_log(Role(message["role"]), int(message["rank"]),
                              decode_bytes(message["d"]))
@@ -610,6 +616,16 @@ class SshController(Controller):
             link.problem = str(message.get("message"))
         elif kind == MessageType.BYE:
             link.bye = int(message.get("code", 1))
+
+    def _push(self, source: HostLink, message: Message) -> None:
+        """``message`` to the agent of every other host that runs its tasks."""
+        for link in self.links:
+            if link is not source and link.running and not link.ended \
+                    and link.channel is not None:
+                try:
+                    link.channel.send(message)
+                except ChannelClosed:
+                    pass  # that link's own step sees it
 
     def _local_log(self, record: Any) -> Any:
         """Task and abort records name the log file here, not the host's."""
