@@ -3,21 +3,25 @@ roles, what only ssh does: a host's sshd killed mid-job ends the job within 15 s
 the host, and that host's agent stops its roles without its session; a controller
 killed with SIGKILL drops every session, and every host stops; bad hosts are named,
 and a host that fails after the others have started their roles stops them all, with
-nothing left running when the CLI exits. (Placement, secrets, a failing worker, cancel
+nothing left running when the CLI exits; ``sync_dst_dir`` copies the working directory
+to each host over its session's master connection. (Placement, secrets, a failing worker, cancel
 and Ctrl-C: test_host_backends.py.)"""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import FAKEROLE, assert_no_processes, task_record, wait_for
+from .conftest import FAKEROLE, Cli, assert_no_processes, task_record, wait_for
 from .hostjobs import (
     abort_record,
     assert_clean,
@@ -140,3 +144,34 @@ def test_a_host_failing_after_the_others_started_stops_them_all(hosts_cli, hosts
     assert "Traceback" not in result.stderr
     assert hosts_cli.run_dirs() == []  # the submission was rolled back
     assert remote_temp_dirs(job) == []
+
+
+def test_sync_dst_dir_copies_the_workdir_over_each_hosts_master(hosts_env, tmp_path):
+    """Each host's rsync shares its session's connection (ControlMaster, the socket in
+    the run directory: a short $MXBATCH_HOME, as ~/.mxbatch is, keeps its path short
+    enough); the copy is in each host's private storage, the sockets are gone after."""
+    home = Path(tempfile.mkdtemp(prefix="mxb-", dir="/tmp"))
+    dst = f"{hosts_env['MXBATCH_TEST_PRIVATE_DIR']}/sync-{secrets.token_hex(4)}"
+    copies = [Path(hosts_env["MXBATCH_TEST_PRIVATE_DIR"]).parent / host / "private"
+              / Path(dst).name for host in ("mxbh1", "mxbh2", "mxbh3", "mxbh4")]
+    try:
+        cli = Cli(home, base_env=hosts_env)
+        (tmp_path / "marker.txt").write_text("copied")
+        spec = fake_spec(tmp_path, "ssh", hosts_env, name="synced", env={"FAKE_SLEEP": "1"})
+        spec.write_text(spec.read_text().replace(
+            f"hostfile: {hosts_env['MXBATCH_TEST_HOSTFILE']}",
+            f"hostfile: {hosts_env['MXBATCH_TEST_HOSTFILE']}, sync_dst_dir: {dst}"))
+        result = cli.run("submit", "--wait", "-b", "ssh", str(spec), timeout=240)
+        assert result.returncode == 0, result.stderr
+        job = result.stdout.split()[0]
+        run_dir = cli.run_dir(job)
+        setup = json.loads((run_dir / "ssh" / "controller.json").read_text())
+        assert all(host["control_path"] for host in setup["hosts"])
+        assert sorted((run_dir / "ssh").glob("cm-*")) == []  # the masters ended with the job
+        for copy in copies:
+            assert (copy / "marker.txt").read_text() == "copied"
+        assert_clean(job)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        for copy in copies:
+            shutil.rmtree(copy, ignore_errors=True)

@@ -52,6 +52,7 @@ from ...runtime import osbytes, wire
 from ...runtime.attempts import AttemptEnd
 from ...runtime.channel import Channel, ChannelClosed, Message, decode_bytes
 from ...runtime.channelrdv import PUSHED, serve_call
+from ...runtime.files import unlink_quietly
 from ...runtime.jobloop import AttemptContext
 from ...runtime.logfile import TaskLog
 from ...runtime.net import interface_ip, source_ip_towards
@@ -93,6 +94,9 @@ class HostPlan:
     #: the hostfile's slots=N of the host (None: any number of tasks)
     slots: Optional[int] = None
     starter: StarterKind = StarterKind.SSH
+    #: the ControlPath of the session's master connection, which the rsync shares ("":
+    #: none); removed before the session starts (a master killed before) and after it
+    control_path: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,6 +344,8 @@ class SshController(Controller):
         os.makedirs(self.layout.logs_dir, mode=0o700, exist_ok=True)
         back = self._listen()
         for host in self.hosts:
+            if host.control_path:  # a master killed before left its socket
+                unlink_quietly(host.control_path)
             link = HostLink(host, env, self.layout.ssh_log(host.host),
                             back if host.starter.connects_back else None)
             self.links.append(link)
@@ -514,6 +520,8 @@ class SshController(Controller):
                 link.kill()
                 link.proc.wait()
             link.close()
+            if link.plan.control_path:
+                unlink_quietly(link.plan.control_path)
 
     # ------------------------------------------------------------------ running
     def step(self, timeout: float) -> bool:
@@ -528,6 +536,8 @@ class SshController(Controller):
     def close(self) -> None:
         for link in self.links:
             link.close()
+            if link.plan.control_path:
+                unlink_quietly(link.plan.control_path)
         for log in self._logs.values():
             log.close()
         self._logs.clear()
