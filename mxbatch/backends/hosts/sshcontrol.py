@@ -319,6 +319,8 @@ class SshController(Controller):
         self._pyz = b""
         #: where agents that connect back reach this controller (while preparing)
         self._listener: Optional[socket.socket] = None
+        #: a host failed while others ran their roles: the abort that stops them is written
+        self._aborted = False
 
     @classmethod
     def from_config(cls, plan: RunPlan, config: Dict[str, Any],
@@ -362,13 +364,15 @@ class SshController(Controller):
                 self._pump(0.1)
                 self._give_up_broken()
                 self._advance()
+                if self._failed():  # the started hosts stop while the others answer
+                    self._abort_started()
         finally:
             if self._listener is not None:
                 self._listener.close()
                 self._listener = None
         problems = [(link.host, link.problem) for link in self.links if link.problem]
         if problems:
-            stopped = self._stop_started(problems)
+            stopped = self._stop_started()
             raise unavailable(problems, "the job cannot run on these hosts", stopped=stopped)
 
     def _no_answer(self, patience: float) -> None:
@@ -422,7 +426,20 @@ class SshController(Controller):
         except ChannelClosed:
             pass  # seen as an ended link by the next step
 
-    def _stop_started(self, problems: List[Tuple[str, str]]) -> List[str]:
+    def _abort_started(self) -> None:
+        """Once: the job's abort naming the hosts that failed so far, if any host has
+        started its roles (their agents read it and stop them)."""
+        if self._aborted or not any(link.running for link in self.links):
+            return
+        self._aborted = True
+        problems = [(link.host, link.problem) for link in self.links if link.problem]
+        failed = [host for host, _ in problems]
+        said = "; ".join(f"{host}: {problem}" for host, problem in problems)
+        self.rdv.write_abort(AbortRecord(
+            kind=AbortKind.FAILED, by=BY, end=EndReason.NODE_FAILURE, hosts=failed,
+            reason=f"the job cannot run on {', '.join(failed)} ({said})"))
+
+    def _stop_started(self) -> List[str]:
         """Some host cannot run its tasks: the hosts that started their roles already
         stop them (the abort record, which their agents read within the abort poll),
         and this waits until their sessions have ended (the grace period plus
@@ -430,11 +447,7 @@ class SshController(Controller):
         started = [link for link in self.links if link.running]
         if not started:
             return []
-        failed = [host for host, _ in problems]
-        said = "; ".join(f"{host}: {problem}" for host, problem in problems)
-        self.rdv.write_abort(AbortRecord(
-            kind=AbortKind.FAILED, by=BY, end=EndReason.NODE_FAILURE, hosts=failed,
-            reason=f"the job cannot run on {', '.join(failed)} ({said})"))
+        self._abort_started()
         deadline = time.monotonic() + self.plan.grace_s + STOP_MARGIN_S
         while any(not link.ended for link in started) and time.monotonic() < deadline:
             self._pump(0.1)
