@@ -141,3 +141,36 @@ def test_the_scheduler_news_that_comes_while_a_call_waits_is_kept(linked):
     assert remote.read_scheduler().address == "10.0.0.1:9000"
     assert remote.scheduler_news() is True
     assert remote.scheduler_news() is False
+
+
+def test_the_agent_that_hears_the_news_has_its_members_look_at_once(tmp_path, monkeypatch):
+    """An agent whose channel brings ``published`` calls look_for_scheduler_now on every
+    task runner in the turn that read it, and only then."""
+    from mxbatch.runtime.agent import Agent
+    from mxbatch.runtime.taskrunner import TaskRunner
+
+    from .test_rendezvous import small_plan
+
+    plan = small_plan(str(tmp_path), created_at=time.time())
+    files = FileRendezvous(str(tmp_path))
+    files.prepare(plan)
+    os.makedirs(plan.layout.logs_dir, exist_ok=True)
+    looked = []
+    monkeypatch.setattr(TaskRunner, "look_for_scheduler_now",
+                        lambda runner: looked.append(runner.task.label))
+    agent_end, host_end = channel_pair()
+    host_end.send({TYPE_KEY: MessageType.PUBLISHED})  # before the relay answers anything
+    relay = Relay(host_end, files)
+    relay.start()
+    agent = Agent(plan, [plan.tasks[2], plan.tasks[3]],
+                  ChannelRendezvous(agent_end, reply_timeout_s=5, where="the agent on h5"))
+    try:
+        agent._step()  # its members start waiting for the scheduler, and hear the news
+        assert looked == ["worker[0]", "worker[1]"]
+        agent._step()
+        assert looked == ["worker[0]", "worker[1]"]  # no news, no look
+    finally:
+        for runner in agent.runners:
+            runner.close()
+        relay.stop = True
+        relay.join(5)
