@@ -28,7 +28,10 @@ root through OMPI_ALLOW_RUN_AS_ROOT*, for both. No traffic leaves the test hosts
 
 ``--baseline DIR`` adds "mxbatch ssh (baseline)" and "mxbatch mpi (baseline)": the
 mxbatch of another checkout (DIR first on PYTHONPATH), interleaved with the others, so
-that a change is compared with the code before it in one run, at one load.
+that a change is compared with the code before it in one run, at one load. Both trees
+need their bytecode (``__pycache__``): with PYTHONDONTWRITEBYTECODE set, a tree without
+it compiles mxbatch at every start (70 ms here), so the script says so first
+(``python -m compileall mxbatch`` in that tree fixes it).
 
     .venv/bin/python bench/hosts_vs_launchpy.py [--repeat 1] [--crash-timeout 60] \
         [--baseline DIR] [--only ssh|mpi]
@@ -174,6 +177,13 @@ def main() -> None:
     env = dict(hosts, MXBATCH_HOME=str(work / "home"), OMP_NUM_THREADS="1",
                AWS_SECRET_ACCESS_KEY=SECRET, OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    trees = [Path(__file__).resolve().parent.parent] + (
+        [Path(args.baseline).resolve()] if args.baseline else [])
+    for tree in trees:
+        if os.environ.get("PYTHONDONTWRITEBYTECODE") and not (
+                tree / "mxbatch" / "runtime" / "__pycache__").is_dir():
+            print(f"warning: {tree}/mxbatch has no bytecode and PYTHONDONTWRITEBYTECODE is "
+                  "set: every mxbatch start there compiles it (python -m compileall mxbatch)")
     makers = {name: make for name, make in launchers(str(hostfile), bool(args.baseline)).items()
               if args.only is None or f" {args.only}" in name}
     env_of = {name: dict(env, PATH=f"{wrapper}:{env['PATH']}",
