@@ -11,6 +11,7 @@ launcher it measures, in one run (--repeat for more):
     (LAUNCH_T0 travels in the command, ``env LAUNCH_T0=... python ...``: launch.py's ssh
     launcher passes no other environment)
   - wall: seconds from launch until the launcher exits
+  - for mxbatch, where its start went, from the job's own records (``start_stages``)
   - secret on a command line: whether AWS_SECRET_ACCESS_KEY (set in the submitter's
     environment) showed in any process's command line during the run (launch.py's ssh
     launcher puts it in every ssh command)
@@ -40,6 +41,7 @@ it compiles mxbatch at every start (70 ms here), so the script says so first
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import secrets
@@ -121,6 +123,30 @@ def sweep(token: str) -> int:
     return killed
 
 
+def start_stages(home: Path, t0: float) -> Dict[str, Optional[float]]:
+    """Where an mxbatch job's start went, from its own records (the newest run directory
+    under ``home`` started after ``t0``): the job's plan made (after launch), the
+    scheduler's role started, the scheduler listening (all from the plan's
+    ``created_at``), and the last member on another host than the scheduler going on
+    after that (``joined_at``: its supervisor read the listening record)."""
+    runs = [p for p in (home / "runs").glob("*") if p.stat().st_mtime >= t0 - 1]
+    if not runs:
+        return {}
+    run = max(runs, key=lambda p: p.stat().st_mtime)
+    try:
+        created = json.loads((run / "plan.json").read_text())["created_at"]
+        records = [json.loads(p.read_text()) for p in (run / "tasks").glob("*.json")]
+        scheduler = next(r for r in records if r["role"] == "scheduler")
+        remote = [r["joined_at"] for r in records
+                  if r["role"] != "scheduler" and r["host"] != scheduler["host"]
+                  and r.get("joined_at")]
+        return {"plan": created - t0, "sched_exec": scheduler["exec_at"] - created,
+                "listen": scheduler["reached_at"] - created,
+                "join_lag": max(remote) - scheduler["reached_at"] if remote else None}
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return {}
+
+
 def run_once(name: str, make_argv, env: Dict[str, str], cwd: Path, timeout: float,
              crash: bool) -> dict:
     token = secrets.token_hex(4)
@@ -150,7 +176,9 @@ def run_once(name: str, make_argv, env: Dict[str, str], cwd: Path, timeout: floa
     crashed = re.search(r"simulated crash on worker rank \d+ after \d+ steps, ([\d.]+)s", text)
     if not crash and proc.returncode != 0:
         sys.stderr.write(f"{name}: exit {proc.returncode}\n{text[-3000:]}\n")
-    return {"rc": None if hung else proc.returncode, "wall": wall, "hung": hung,
+    stages = start_stages(Path(env["MXBATCH_HOME"]), t0) if name.startswith("mxbatch") \
+        else {}
+    return {**stages, "rc": None if hung else proc.returncode, "wall": wall, "hung": hung,
             "first": max(firsts) if len(firsts) == 2 else None, "secret": shown,
             "left": left, "workers_ok": len(re.findall(r"done after \d+ steps", text)),
             "crashed_at": float(crashed.group(1)) if crashed else None}
@@ -216,6 +244,12 @@ def main() -> None:
     rows.append(["launch -> first step (slower worker)",
                  *(fmt([r["first"] for r in results[n]]) for n in makers)])
     rows.append(["wall time", *(fmt([r["wall"] for r in results[n]]) for n in makers)])
+    for key, label in (("plan", "  launch -> the job's plan"),
+                       ("sched_exec", "  plan -> scheduler's role started"),
+                       ("listen", "  plan -> scheduler listening"),
+                       ("join_lag", "  listening -> last remote member goes on")):
+        rows.append([label, *(fmt([r.get(key) for r in results[n]])
+                              if n.startswith("mxbatch") else "" for n in makers)])
     rows.append(["secret on a command line", *("yes" if any(r["secret"] for r in results[n])
                                                else "no" for n in makers)])
     rows.append(["left on the hosts after a clean run",
