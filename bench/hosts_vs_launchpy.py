@@ -11,6 +11,7 @@ launcher it measures, in one run (--repeat for more):
     (LAUNCH_T0 travels in the command, ``env LAUNCH_T0=... python ...``: launch.py's ssh
     launcher passes no other environment)
   - wall: seconds from launch until the launcher exits
+  - for mxbatch, where its start went, from the job's own records (``start_stages``)
   - secret on a command line: whether AWS_SECRET_ACCESS_KEY (set in the submitter's
     environment) showed in any process's command line during the run (launch.py's ssh
     launcher puts it in every ssh command)
@@ -26,12 +27,21 @@ here also makes dmlc_tracker's ``get_host_ip`` return the bridge address (what
 ``-F $MXBATCH_SSH_CONFIG`` (its ssh launcher takes no config option). mpirun runs as
 root through OMPI_ALLOW_RUN_AS_ROOT*, for both. No traffic leaves the test hosts.
 
-    .venv/bin/python bench/hosts_vs_launchpy.py [--repeat 1] [--crash-timeout 60]
+``--baseline DIR`` adds "mxbatch ssh (baseline)" and "mxbatch mpi (baseline)": the
+mxbatch of another checkout (DIR first on PYTHONPATH), interleaved with the others, so
+that a change is compared with the code before it in one run, at one load. Both trees
+need their bytecode (``__pycache__``): with PYTHONDONTWRITEBYTECODE set, a tree without
+it compiles mxbatch at every start (70 ms here), so the script says so first
+(``python -m compileall mxbatch`` in that tree fixes it).
+
+    .venv/bin/python bench/hosts_vs_launchpy.py [--repeat 1] [--crash-timeout 60] \
+        [--baseline DIR] [--only ssh|mpi]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import secrets
@@ -64,8 +74,8 @@ SHIM = ("import os, dmlc_tracker.tracker as tracker\n"
         + LAUNCH_PY_SHIM)
 
 
-def launchers(hostfile: str) -> Dict[str, object]:
-    """name -> argv maker (t0, token, crash)."""
+def launchers(hostfile: str, baseline: bool) -> Dict[str, object]:
+    """name -> argv maker (t0, token, crash); with the baseline's mxbatch too."""
     def launch_py(kind: str):
         return lambda t0, token, crash: [
             sys.executable, "-c", SHIM, "-n", "2", "-s", "2", "-H", hostfile,
@@ -76,8 +86,13 @@ def launchers(hostfile: str) -> Dict[str, object]:
             sys.executable, "-m", "mxbatch", "launch", "-n", "2", "-s", "2", "-H", hostfile,
             "--launcher", kind, "--grace", "5s", *command(t0, token, crash)]
 
-    return {"launch.py ssh": launch_py("ssh"), "mxbatch ssh": mxbatch("ssh"),
-            "launch.py mpi": launch_py("mpi"), "mxbatch mpi": mxbatch("mpi")}
+    found = {}
+    for kind in ("ssh", "mpi"):
+        found[f"launch.py {kind}"] = launch_py(kind)
+        if baseline:
+            found[f"mxbatch {kind} (baseline)"] = mxbatch(kind)
+        found[f"mxbatch {kind}"] = mxbatch(kind)
+    return found
 
 
 def secret_shown() -> bool:
@@ -106,6 +121,30 @@ def sweep(token: str) -> int:
             except OSError:
                 continue
     return killed
+
+
+def start_stages(home: Path, t0: float) -> Dict[str, Optional[float]]:
+    """Where an mxbatch job's start went, from its own records (the newest run directory
+    under ``home`` started after ``t0``): the job's plan made (after launch), the
+    scheduler's role started, the scheduler listening (all from the plan's
+    ``created_at``), and the last member on another host than the scheduler going on
+    after that (``joined_at``: its supervisor read the listening record)."""
+    runs = [p for p in (home / "runs").glob("*") if p.stat().st_mtime >= t0 - 1]
+    if not runs:
+        return {}
+    run = max(runs, key=lambda p: p.stat().st_mtime)
+    try:
+        created = json.loads((run / "plan.json").read_text())["created_at"]
+        records = [json.loads(p.read_text()) for p in (run / "tasks").glob("*.json")]
+        scheduler = next(r for r in records if r["role"] == "scheduler")
+        remote = [r["joined_at"] for r in records
+                  if r["role"] != "scheduler" and r["host"] != scheduler["host"]
+                  and r.get("joined_at")]
+        return {"plan": created - t0, "sched_exec": scheduler["exec_at"] - created,
+                "listen": scheduler["reached_at"] - created,
+                "join_lag": max(remote) - scheduler["reached_at"] if remote else None}
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return {}
 
 
 def run_once(name: str, make_argv, env: Dict[str, str], cwd: Path, timeout: float,
@@ -137,7 +176,9 @@ def run_once(name: str, make_argv, env: Dict[str, str], cwd: Path, timeout: floa
     crashed = re.search(r"simulated crash on worker rank \d+ after \d+ steps, ([\d.]+)s", text)
     if not crash and proc.returncode != 0:
         sys.stderr.write(f"{name}: exit {proc.returncode}\n{text[-3000:]}\n")
-    return {"rc": None if hung else proc.returncode, "wall": wall, "hung": hung,
+    stages = start_stages(Path(env["MXBATCH_HOME"]), t0) if name.startswith("mxbatch") \
+        else {}
+    return {**stages, "rc": None if hung else proc.returncode, "wall": wall, "hung": hung,
             "first": max(firsts) if len(firsts) == 2 else None, "secret": shown,
             "left": left, "workers_ok": len(re.findall(r"done after \d+ steps", text)),
             "crashed_at": float(crashed.group(1)) if crashed else None}
@@ -147,7 +188,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--crash-timeout", type=float, default=60.0)
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="also run the mxbatch of this checkout (see the docstring)")
+    parser.add_argument("--only", choices=("ssh", "mpi"), help="one launcher kind only")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     hosts = cluster_env("hosts")
     work = Path(tempfile.mkdtemp(prefix="mxbatch-bench-hosts-"))
     shutil.copy(EXAMPLES / SCRIPT, work / SCRIPT)
@@ -160,12 +205,20 @@ def main() -> None:
     env = dict(hosts, MXBATCH_HOME=str(work / "home"), OMP_NUM_THREADS="1",
                AWS_SECRET_ACCESS_KEY=SECRET, OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    trees = [Path(__file__).resolve().parent.parent] + (
+        [Path(args.baseline).resolve()] if args.baseline else [])
+    for tree in trees:
+        if os.environ.get("PYTHONDONTWRITEBYTECODE") and not (
+                tree / "mxbatch" / "runtime" / "__pycache__").is_dir():
+            print(f"warning: {tree}/mxbatch has no bytecode and PYTHONDONTWRITEBYTECODE is "
+                  "set: every mxbatch start there compiles it (python -m compileall mxbatch)")
+    makers = {name: make for name, make in launchers(str(hostfile), bool(args.baseline)).items()
+              if args.only is None or f" {args.only}" in name}
     env_of = {name: dict(env, PATH=f"{wrapper}:{env['PATH']}",
                          BENCH_HOST_IP=hosts["MXBATCH_TEST_BRIDGE_IP"])
-              if name.startswith("launch.py")
-              else env for name in ("launch.py ssh", "mxbatch ssh", "launch.py mpi",
-                                    "mxbatch mpi")}
-    makers = launchers(str(hostfile))
+              if name.startswith("launch.py") else
+              dict(env, PYTHONPATH=str(Path(args.baseline).resolve()))
+              if name.endswith("(baseline)") else env for name in makers}
     results: Dict[str, List[dict]] = {name: [] for name in makers}
     for _ in range(args.repeat):
         for name, make in makers.items():  # interleaved: the same machine state for all
@@ -181,7 +234,8 @@ def main() -> None:
                        "; nothing left")
 
     print(f"\n4 hosts (network namespaces, one {os.cpu_count()}-core machine, load "
-          f"{os.getloadavg()[0]:.0f}), 2 servers + 2 workers, dist_sync, {SCRIPT} "
+          f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after), 2 servers + 2 "
+          f"workers, dist_sync, {SCRIPT} "
           f"{' '.join(ARGS)}; {args.repeat} run(s) each (median, min-max)\n")
     rows: List[List[Optional[str]]] = [["", *makers]]
     rows.append(["exit codes", *(" ".join(str(r["rc"]) for r in results[n]) for n in makers)])
@@ -190,6 +244,12 @@ def main() -> None:
     rows.append(["launch -> first step (slower worker)",
                  *(fmt([r["first"] for r in results[n]]) for n in makers)])
     rows.append(["wall time", *(fmt([r["wall"] for r in results[n]]) for n in makers)])
+    for key, label in (("plan", "  launch -> the job's plan"),
+                       ("sched_exec", "  plan -> scheduler's role started"),
+                       ("listen", "  plan -> scheduler listening"),
+                       ("join_lag", "  listening -> last remote member goes on")):
+        rows.append([label, *(fmt([r.get(key) for r in results[n]])
+                              if n.startswith("mxbatch") else "" for n in makers)])
     rows.append(["secret on a command line", *("yes" if any(r["secret"] for r in results[n])
                                                else "no" for n in makers)])
     rows.append(["left on the hosts after a clean run",

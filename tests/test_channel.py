@@ -1,6 +1,7 @@
 """The rendezvous over a channel (an ssh session's stdin/stdout): the agent's side
 (``ChannelRendezvous``) against the submit host's relay (``serve_call`` on a
-``FileRendezvous``), over real pipes; and what the agent sees when the channel breaks."""
+``FileRendezvous``), over real pipes; what the agent sees when the channel breaks; and
+the submit host's push that the scheduler's record changed."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 import pytest
 
 from mxbatch.runtime.channel import Channel, ChannelClosed, decode_bytes
-from mxbatch.runtime.channelrdv import ChannelRendezvous, serve_call
+from mxbatch.runtime.channelrdv import PUSHED, ChannelRendezvous, serve_call
 from mxbatch.runtime.rendezvous import FileRendezvous
 from mxbatch.runtime.roles import Role
 from mxbatch.runtime.states import (
@@ -22,6 +23,7 @@ from mxbatch.runtime.states import (
     TaskRecord,
     TaskState,
 )
+from mxbatch.runtime.wire import TYPE_KEY, MessageType
 
 from .polling import poll
 
@@ -53,6 +55,8 @@ class Relay(threading.Thread):
                 continue
             if message["t"] == "call":
                 value = serve_call(self.rdv, message["m"], message.get("a"))
+                if message["m"] in PUSHED:  # (the controller tells the other agents)
+                    self.channel.send({TYPE_KEY: MessageType.PUBLISHED})
                 if "id" in message:
                     self.channel.send({"t": "ret", "id": message["id"], "v": value})
                     self.channel.flush_until(time.monotonic() + 5)
@@ -116,3 +120,57 @@ def test_a_silent_submit_host_is_a_lost_channel_after_the_reply_timeout(tmp_path
     assert 0.5 <= time.monotonic() - started < 3
     assert "no message within the deadline" in remote.read_abort().reason
     host_end.close()
+
+
+def test_the_scheduler_news_pushed_between_calls_is_read_without_blocking(tmp_path):
+    agent_end, host_end = channel_pair()
+    remote = ChannelRendezvous(agent_end, reply_timeout_s=5, where="the agent on h4")
+    assert remote.scheduler_news() is False  # nothing came: no wait either
+    host_end.send({TYPE_KEY: MessageType.PUBLISHED})
+    assert remote.scheduler_news() is True
+    assert remote.scheduler_news() is False  # once
+    host_end.close()
+    assert remote.scheduler_news() is False and remote.lost is None
+    assert "lost its connection" in remote.read_abort().reason
+
+
+def test_the_scheduler_news_that_comes_while_a_call_waits_is_kept(linked):
+    remote, _, _ = linked
+    remote.publish_scheduler(SchedulerRecord(job_id="j", ip="10.0.0.1", port=9000))
+    # the relay pushes before it answers the next call: the call skips it, keeps it
+    assert remote.read_scheduler().address == "10.0.0.1:9000"
+    assert remote.scheduler_news() is True
+    assert remote.scheduler_news() is False
+
+
+def test_the_agent_that_hears_the_news_has_its_members_look_at_once(tmp_path, monkeypatch):
+    """An agent whose channel brings ``published`` calls look_for_scheduler_now on every
+    task runner in the turn that read it, and only then."""
+    from mxbatch.runtime.agent import Agent
+    from mxbatch.runtime.taskrunner import TaskRunner
+
+    from .test_rendezvous import small_plan
+
+    plan = small_plan(str(tmp_path), created_at=time.time())
+    files = FileRendezvous(str(tmp_path))
+    files.prepare(plan)
+    os.makedirs(plan.layout.logs_dir, exist_ok=True)
+    looked = []
+    monkeypatch.setattr(TaskRunner, "look_for_scheduler_now",
+                        lambda runner: looked.append(runner.task.label))
+    agent_end, host_end = channel_pair()
+    host_end.send({TYPE_KEY: MessageType.PUBLISHED})  # before the relay answers anything
+    relay = Relay(host_end, files)
+    relay.start()
+    agent = Agent(plan, [plan.tasks[2], plan.tasks[3]],
+                  ChannelRendezvous(agent_end, reply_timeout_s=5, where="the agent on h5"))
+    try:
+        agent._step()  # its members start waiting for the scheduler, and hear the news
+        assert looked == ["worker[0]", "worker[1]"]
+        agent._step()
+        assert looked == ["worker[0]", "worker[1]"]  # no news, no look
+    finally:
+        for runner in agent.runners:
+            runner.close()
+        relay.stop = True
+        relay.join(5)

@@ -39,6 +39,28 @@ def test_ssh_sync_dst_dir_copies_the_workdir_with_rsync(cli, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "rsync (first): rsync -az -e 'ssh -T" in result.stdout
     assert f"{tmp_path}/ node3:/scratch/r/" in result.stdout
+    # the session to each host is the master whose connection that host's rsync shares
+    # (in the run directory: a short $MXBATCH_HOME, as ~/.mxbatch is, gives a short path)
+    hosts = json.loads(cli.run("render", "--json", "-b", "ssh", str(path),
+                               env={"MXBATCH_HOME": "/tmp/mxbatch-home"}).stdout)[
+        "native"]["setup"]["hosts"]
+    for index, host in enumerate(hosts):
+        control = host["control_path"]
+        assert control.endswith(f"/ssh/cm-{index}") and len(control) <= 90
+        session = " ".join(host["ssh"])
+        assert f"-o ControlMaster=yes -o ControlPersist=no -o ControlPath={control}" in session
+        assert f"-o ControlMaster=no -o ControlPath={control}" in host["rsync"][3]
+
+
+def test_ssh_sync_dst_dir_without_a_master_when_the_socket_path_is_too_long(cli, tmp_path):
+    path = spec(tmp_path, "ssh", "hostfile: hosts, sync_dst_dir: /scratch/r")
+    home = tmp_path / ("h" * 80)  # the run directory's path is longer than a socket's
+    result = cli.run("render", "--json", "-b", "ssh", str(path),
+                     env={"MXBATCH_HOME": str(home)})
+    assert result.returncode == 0, result.stderr
+    for host in json.loads(result.stdout)["native"]["setup"]["hosts"]:
+        assert host["control_path"] == "" and "ControlPath" not in " ".join(
+            host["ssh"] + host["rsync"])
 
 
 def test_mpi_one_mpirun_for_every_task(cli, tmp_path):

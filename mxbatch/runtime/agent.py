@@ -5,7 +5,9 @@ in one event loop, like torchrun's per-node agent.
 Each loop (every ``POLL_S``, woken at once by role output and by SIGCHLD):
 - every task steps (``TaskRunner``); a task's failure becomes the job's abort; when
   this agent's scheduler announces that members may join, this agent's members start
-  in the same loop (no backoff for a record this process has just written);
+  in the same loop (no backoff for a record this process has just written); so do they
+  when the rendezvous says the scheduler's record changed (``scheduler_news``: the ssh
+  controller pushes it to every other host's agent);
 - role output is copied from the pipes into the task logs;
 - task records are written when they change, and every ``Schedule.heartbeat_s``
   anyway (the heartbeat counter grows);
@@ -203,6 +205,9 @@ class Agent:
         wall, mono = time.time(), time.monotonic()
         self._handle_signal(wall, mono)  # before starting anything more
         self._launch(wall, mono)
+        if self.rdv.scheduler_news():  # pushed (the ssh controller): no need to poll
+            for runner in self.runners:
+                runner.look_for_scheduler_now()
         for runner in self.runners:  # the scheduler (task 0) first
             published = runner.publication
             try:

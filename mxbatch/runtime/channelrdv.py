@@ -12,6 +12,11 @@ protocol, one JSON object a line:
 - agent -> submit host: ``{"t": "log", "role": R, "rank": N, "d": BASE64}``: a task's
   output (and the supervisor's notes), which the submit host appends to its log file
   (``append_log``): ``mxbatch logs`` and ``--wait`` read them there.
+- submit host -> agent: ``{"t": "published"}`` once it has served another agent's call
+  in ``PUSHED`` (the scheduler's record, published or listening): this agent's members
+  look for the scheduler at once (``scheduler_news``) instead of at the end of their
+  backoff (up to 0.5 s, each look a round trip). It may arrive at any time: while a
+  call waits for its answer it is kept, between calls it is read without blocking.
 
 When the channel breaks (the ssh session ended: end of file, a broken pipe, or no
 answer within ``reply_timeout_s``) the rendezvous is *lost*: writes are dropped, and
@@ -38,6 +43,8 @@ from .wire import TYPE_KEY, MessageType
 
 #: calls answered by nothing: sent and forgotten (the order of messages is kept)
 ONE_WAY = frozenset(("publish_scheduler", "write_task", "publish_digest"))
+#: calls the submit host tells every other agent about, once served (``PUBLISHED``)
+PUSHED = frozenset(("publish_scheduler",))
 CALLS = ONE_WAY | frozenset(("read_scheduler", "read_task", "read_tasks", "write_abort",
                              "read_abort", "read_digest"))
 
@@ -53,6 +60,8 @@ class ChannelRendezvous(Rendezvous):
         self.reply_timeout_s = reply_timeout_s
         self.where = where
         self._next_id = 0
+        #: the submit host said the scheduler's record changed (``PUBLISHED``)
+        self._news = False
         #: why the channel is lost, once it is
         self.lost: Optional[str] = None
         self._lost_at = 0.0
@@ -89,9 +98,27 @@ class ChannelRendezvous(Rendezvous):
                 message = self.channel.wait_message(deadline)
                 if message.get(TYPE_KEY) == MessageType.RET and message.get("id") == call_id:
                     return message.get("v")
+                self._take(message)
         except ChannelClosed as exc:
             self._lose(str(exc))
             return None
+
+    def _take(self, message: Message) -> None:
+        """A message that is no answer (an earlier call's late answer is dropped)."""
+        if message.get(TYPE_KEY) == MessageType.PUBLISHED:
+            self._news = True
+
+    def scheduler_news(self) -> bool:
+        """Whether the submit host pushed ``PUBLISHED`` since the last call (what has
+        arrived is read without blocking)."""
+        if self.lost is None:
+            try:
+                for message in self.channel.receive():
+                    self._take(message)
+            except ChannelClosed as exc:
+                self._lose(str(exc))
+        news, self._news = self._news, False
+        return news
 
     # ------------------------------------------------------------------ Rendezvous
     def publish_scheduler(self, record: SchedulerRecord) -> None:

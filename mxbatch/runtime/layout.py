@@ -172,6 +172,11 @@ class RunLayout:
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in host)
         return self._attempt_path(LOGS, "ssh-%s.log" % safe)
 
+    def ssh_control(self, index: int) -> str:
+        """The ssh backend's ControlPath of the session to the job's ``index``-th host:
+        the master connection that the rsync to that host shares (``run_dir/ssh/cm-N``)."""
+        return self._path("ssh", "cm-%d" % index)
+
     @property
     def mpirun_log(self) -> str:
         """mpirun's own output (the MPI backend)."""

@@ -18,9 +18,13 @@ and writes to the session's stdin, in order:
    its tasks ask for (each role gets its share: ``environ.device_shares``); it answers
    ``{"t": "hello", ...}`` (Python version, host name, pid) or ``{"t": "error",
    "message": ...}``;
-3. ``{"t": "start"}`` once every host said hello (else ``{"t": "quit"}``, or end of
-   file): the agent supervises its tasks (``agent.Agent``) with a
-   ``channelrdv.ChannelRendezvous``, then says ``{"t": "bye", "code": N}``.
+3. ``{"t": "start"}`` as soon as this host is ready (its hello; with a sync
+   destination, once rsync has copied the working directory here), whatever the other
+   hosts' state (else ``{"t": "quit"}``, or end of file: another host failed first):
+   the agent supervises its tasks (``agent.Agent``) with a
+   ``channelrdv.ChannelRendezvous``, then says ``{"t": "bye", "code": N}``. Should
+   another host fail its check later, the controller writes the job's abort, which
+   this agent reads as any abort: it stops its roles and ends.
 
 **Connecting back.** With two arguments, ``python3 -c BOOTSTRAP ADDRESS PORT``, the
 bootstrap first reads a ``TOKEN_BYTES`` token from stdin, connects to ``ADDRESS:PORT``

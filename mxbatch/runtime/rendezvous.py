@@ -109,6 +109,13 @@ class Rendezvous(abc.ABC):
         elsewhere; False (the default): the supervisor writes its own log file."""
         return False
 
+    def scheduler_news(self) -> bool:
+        """Whether whoever holds the job's state has said, since the last call, that the
+        scheduler's record changed (published, listening): the members waiting for it
+        look at once instead of at the end of their backoff. False (the default): nobody
+        says so, the members poll."""
+        return False
+
     def close(self, exit_status: int) -> None:  # noqa: B027 - optional hook
         """Called once, when the supervisor using this rendezvous has ended with
         ``exit_status``. Default: nothing to release."""

@@ -98,8 +98,9 @@ class MessageType(str, enum.Enum):
     SETUP = "setup"  # controller -> agent: the plan, environment, tasks of the host
     HELLO = "hello"  # agent -> controller: ready (Python version, host name, pid)
     ERROR = "error"  # agent -> controller: cannot run here (the reason)
-    START = "start"  # controller -> agent: every host said hello, start the tasks
+    START = "start"  # controller -> agent: this host is ready (hello, rsync): start the tasks
     QUIT = "quit"  # controller -> agent: another host failed, start nothing
+    PUBLISHED = "published"  # controller -> agent: the scheduler's record changed: look now
     CALL = "call"  # agent -> controller: a rendezvous call
     RET = "ret"  # controller -> agent: a call's answer
     LOG = "log"  # agent -> controller: a task's output

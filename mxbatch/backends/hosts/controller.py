@@ -46,7 +46,18 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, Callable, ClassVar, Dict, Iterable, List, Optional, Tuple, TypeVar
+from typing import (
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+)
 
 from ...errors import BackendUnavailable, ExitCode, MxbatchError
 from ...quoting import shell_words
@@ -566,11 +577,14 @@ def _answer(data: Dict[str, Any]) -> None:
 
 
 def unavailable(problems: List[Tuple[str, str]], what: str,
-                hint: Optional[str] = None) -> BackendUnavailable:
+                hint: Optional[str] = None, stopped: Sequence[str] = ()) -> BackendUnavailable:
     """One error naming every host that failed: ``problems`` = (host, message); then
-    ``hint``, what to do, when there is one."""
+    what became of the others (``stopped``: the hosts whose roles had started, and were
+    stopped), and ``hint``, what to do, when there is one."""
     lines = [f"{host}: {message}" for host, message in problems]
-    return BackendUnavailable(f"{what}:\n  " + "\n  ".join(lines) + "\nnothing was started"
+    fate = (f"the roles that had started on {', '.join(stopped)} were stopped: nothing is "
+            "left running" if stopped else "nothing was started")
+    return BackendUnavailable(f"{what}:\n  " + "\n  ".join(lines) + f"\n{fate}"
                               + (f"\n{hint}" if hint else ""))
 
 

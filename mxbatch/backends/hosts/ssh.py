@@ -44,6 +44,10 @@ from .starters import remote_command
 #: the environment variable that names an ssh configuration file when the spec does not
 CONFIG_VARIABLE = "MXBATCH_SSH_CONFIG"
 
+#: the longest ControlPath ssh can listen on: a socket's path has at most 107 bytes, and
+#: ssh binds ``<path>.<16 random characters>`` first, then renames it
+CONTROL_PATH_MAX = 107 - 17
+
 #: kills every process of a job on a host, and removes its agent's private directory
 #: (``remove``'s last resort); argv[1] = job id
 SWEEP = r"""
@@ -107,6 +111,14 @@ class SshRequest(ControlledRequest):
                 text += f"\nrsync (first): {shell_words(host.rsync)}"
             items.append(RenderedItem(f"host {host.host}", text))
         return items
+
+
+def control_path(layout: RunLayout, index: int) -> str:
+    """The ControlPath of the session to the ``index``-th host, in the run directory;
+    "" (no master: the rsync logs in by itself) when the path is too long for a socket
+    or would be read as ssh's %-tokens."""
+    path = layout.ssh_control(index)
+    return path if len(path.encode()) <= CONTROL_PATH_MAX and "%" not in path else ""
 
 
 class SshBackend(ControlledBackend[SshOptions, SshRequest]):
@@ -175,14 +187,23 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
         for index, host in enumerate(hosts):
             tasks = tuple(t for t, h in enumerate(dealt) if h == index)
             base = self.ssh_base(host, config)
-            rsync: Tuple[str, ...] = ()
+            session, rsync, control = base, (), ""
             if sync:
-                rsync = ("rsync", "-az", "-e", shell_words(base),
+                control = control_path(plan.run.layout, index)
+                shared = ["-o", f"ControlPath={control}"] if control else []
+                # the session is the master (it lives as long as the session), the
+                # rsync to the host goes over it: no second login
+                if control:
+                    session = base + ["-o", "ControlMaster=yes", "-o", "ControlPersist=no",
+                                      *shared]
+                rsync = ("rsync", "-az", "-e",
+                         shell_words(base + (["-o", "ControlMaster=no", *shared]
+                                             if control else [])),
                          str(plan.spec.workdir) + "/", f"{host.name}:{sync.rstrip('/')}/")
             # more hosts than tasks: the others are spare (a relaunch may need them)
             (plans if tasks else spare).append(
-                HostPlan(host=host.label, tasks=tasks, ssh=tuple(base + ["--", host.name]),
-                         remote=remote, rsync=rsync, slots=host.slots))
+                HostPlan(host=host.label, tasks=tasks, ssh=tuple(session + ["--", host.name]),
+                         remote=remote, rsync=rsync, slots=host.slots, control_path=control))
         setup = SshSetup(hosts=tuple(plans), python=self.options.python,
                          connect_timeout_s=float(self.options.connect_timeout),
                          sync_dst_dir=sync, spare=tuple(spare))

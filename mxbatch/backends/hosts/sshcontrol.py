@@ -13,11 +13,19 @@ output, appended to ``logs/<role>-<rank>.log`` here, so ``mxbatch logs``, ``stat
 and ``--wait`` work as for a local job. ssh's own stderr (and the agent's) goes to
 ``logs/ssh-<host>.log``.
 
-``prepare`` connects to every host at once and waits for every agent's hello (or an
-error that names the host: unreachable, unknown host key, refused key, no python3,
-python3 too old, missing working directory); with ``sync_dst_dir`` it then copies the
-working directory to every host with rsync. Only then does ``start`` let the roles
-start, on every host together.
+``prepare`` connects to every host at once, and each host starts its roles as soon
+as it is ready, whatever the others' state: at its agent's hello or, with
+``sync_dst_dir``, once the rsync of the working directory to it (started at that
+hello) has finished. A host that fails (an error that names the host: unreachable,
+unknown host key, refused key, no python3, python3 too old, missing working directory,
+rsync) still fails the submission, with every failing host named: no other host starts
+its roles from then on, and those that had started stop them (the job's abort record,
+read by their agents within the abort poll); ``prepare`` waits until their sessions
+have ended before it raises, so nothing is left running anywhere.
+
+When a host's agent publishes the scheduler's record (its address, then that it
+listens), the controller tells every other host's agent at once (``PUBLISHED``), whose
+waiting members then look for it without waiting for the end of their backoff.
 
 Each attempt of the job has a controller of its own: new sessions, the tasks placed
 (``place_hosts``) on the hosts of the hostfile less those excluded after a node
@@ -34,6 +42,7 @@ import select
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -42,7 +51,8 @@ from ...errors import MxbatchError
 from ...runtime import osbytes, wire
 from ...runtime.attempts import AttemptEnd
 from ...runtime.channel import Channel, ChannelClosed, Message, decode_bytes
-from ...runtime.channelrdv import serve_call
+from ...runtime.channelrdv import PUSHED, serve_call
+from ...runtime.files import unlink_quietly
 from ...runtime.jobloop import AttemptContext
 from ...runtime.logfile import TaskLog
 from ...runtime.net import interface_ip, source_ip_towards
@@ -51,11 +61,11 @@ from ...runtime.remote import TOKEN_BYTES, VERSION_EXIT, zipapp_header
 from ...runtime.rendezvous import TaskKey
 from ...runtime.roles import Role
 from ...runtime.spawn import die_with_parent
-from ...runtime.states import EndReason
+from ...runtime.states import AbortKind, AbortRecord, EndReason
 from ...runtime.wire import TYPE_KEY, MessageType
 from ...spec.typed import from_data
 from . import hostfile
-from .controller import Controller, unavailable
+from .controller import BY, STOP_MARGIN_S, Controller, unavailable
 from .starters import StarterKind, describe_start_failure
 
 #: how long an agent may take after the ssh connection is up to say hello (starting
@@ -84,6 +94,9 @@ class HostPlan:
     #: the hostfile's slots=N of the host (None: any number of tasks)
     slots: Optional[int] = None
     starter: StarterKind = StarterKind.SSH
+    #: the ControlPath of the session's master connection, which the rsync shares ("":
+    #: none); removed before the session starts (a master killed before) and after it
+    control_path: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +166,46 @@ def describe_failure(code: Optional[int], stderr: str, python: str) -> str:
     return f"the mxbatch agent ended with exit status {code} before it was ready [{said}]"
 
 
+class Sync:
+    """The rsync of the working directory to one host (``HostPlan.rsync``), started when
+    its agent has made the destination (its hello); its output goes to a file of its own
+    (read for the error), so that nothing waits on a pipe."""
+
+    def __init__(self, plan: HostPlan, env: Dict[str, str], destination: str,
+                 timeout_s: float) -> None:
+        self.plan = plan
+        self.destination = destination
+        self.timeout_s = timeout_s
+        self.deadline = time.monotonic() + timeout_s
+        self.out = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(list(plan.rsync), stdin=subprocess.DEVNULL,
+                                     stdout=self.out, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True, close_fds=True,
+                                     preexec_fn=die_with_parent)
+
+    def poll(self) -> Optional[str]:
+        """None while it runs; then "" (done) or what went wrong."""
+        code = self.proc.poll()
+        if code is None and time.monotonic() < self.deadline:
+            return None
+        if code is None:
+            self.cancel()
+            return f"rsync to {self.destination} did not finish within {self.timeout_s:g}s"
+        self.out.seek(0)
+        text = self.out.read(STDERR_TAIL).decode(errors="replace")
+        self.out.close()
+        if code == 0:
+            return ""
+        return (f"rsync to {self.destination} failed (exit {code}): "
+                + describe_failure(code, text, "rsync"))
+
+    def cancel(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.out.close()
+
+
 class HostLink:
     """One host's session (ssh, an srun step, qrsh -inherit) and the channel to its
     agent: the session's stdin and stdout, or, when the starter ``connects_back``
@@ -195,6 +248,10 @@ class HostLink:
         #: out) and when: the problem is the starter's exit, or this after BROKEN_EXIT_S
         self.broken: Optional[Tuple[str, float]] = None
         self.bye: Optional[int] = None
+        #: the rsync of the working directory to this host, while it runs; done
+        self.sync: Optional[Sync] = None
+        self.synced = False
+        #: START was sent: the agent runs its tasks
         self.running = False
         self.ended = False
         self.exit_code: Optional[int] = None
@@ -262,6 +319,8 @@ class SshController(Controller):
         self._pyz = b""
         #: where agents that connect back reach this controller (while preparing)
         self._listener: Optional[socket.socket] = None
+        #: a host failed while others ran their roles: the abort that stops them is written
+        self._aborted = False
 
     @classmethod
     def from_config(cls, plan: RunPlan, config: Dict[str, Any],
@@ -279,11 +338,16 @@ class SshController(Controller):
                 "attempt": self.attempt.index, "restart_reason": self.attempt.reason_name}
 
     def prepare(self) -> None:
+        """Reach every host and let each start its roles as soon as it is ready (its
+        agent's hello, then its rsync when ``sync_dst_dir`` is set); a host that fails
+        stops everything: see ``_stop_started``."""
         self._pyz = Path(self.layout.runtime).read_bytes()
         env = {**self.environ, wire.JOB_ID: self.plan.job_id}
         os.makedirs(self.layout.logs_dir, mode=0o700, exist_ok=True)
         back = self._listen()
         for host in self.hosts:
+            if host.control_path:  # a master killed before left its socket
+                unlink_quietly(host.control_path)
             link = HostLink(host, env, self.layout.ssh_log(host.host),
                             back if host.starter.connects_back else None)
             self.links.append(link)
@@ -292,22 +356,107 @@ class SshController(Controller):
         patience = self.setup.connect_timeout_s + HELLO_MARGIN_S
         deadline = time.monotonic() + patience
         try:
-            while any(link.waiting for link in self.links) and time.monotonic() < deadline:
+            while True:
+                if time.monotonic() >= deadline:
+                    self._no_answer(patience)
+                if not any(link.waiting or link.sync for link in self.links):
+                    break
                 self._pump(0.1)
                 self._give_up_broken()
+                self._advance()
+                if self._failed():  # the started hosts stop while the others answer
+                    self._abort_started()
         finally:
             if self._listener is not None:
                 self._listener.close()
                 self._listener = None
+        problems = [(link.host, link.problem) for link in self.links if link.problem]
+        if problems:
+            stopped = self._stop_started()
+            raise unavailable(problems, "the job cannot run on these hosts", stopped=stopped)
+
+    def _no_answer(self, patience: float) -> None:
         for link in self.links:
             if link.waiting:
                 said = link.stderr_text().strip() or f"{link.plan.starter.value} said nothing"
                 link.problem = f"no answer within {patience:g}s [{said}]"
+
+    def _failed(self) -> bool:
+        """A host cannot run its tasks: the job will not run, nothing more starts."""
+        return any(link.problem for link in self.links)
+
+    def _advance(self) -> None:
+        """Each host that is ready starts its roles at once: after its agent's hello, or,
+        with ``sync_dst_dir``, once its rsync (started at the hello) has finished. None
+        starts once a host has failed; running rsyncs are then stopped."""
+        failed = self._failed()
+        for link in self.links:
+            if link.sync is not None:
+                if failed:
+                    link.sync.cancel()
+                    link.sync = None
+                    continue
+                done = link.sync.poll()
+                if done is None:
+                    continue
+                link.sync = None
+                if done:
+                    link.problem = done
+                    failed = True
+                    continue
+                link.synced = True
+            if link.running or link.hello is None or link.problem or failed:
+                continue
+            if link.ended:  # between its hello and now
+                starter = link.plan.starter
+                link.problem = (f"its {starter.session} ended before the job started "
+                                f"({starter.value} exited with {link.exit_code})")
+                failed = True
+            elif self.setup.sync_dst_dir is not None and not link.synced:
+                link.sync = Sync(link.plan, {**self.environ, wire.JOB_ID: self.plan.job_id},
+                                 self.setup.sync_dst_dir,
+                                 max(60.0, self.plan.startup_timeout_s))
+            else:
+                self._start(link)
+
+    def _start(self, link: HostLink) -> None:
+        link.running = True
+        try:
+            link.channel.send({TYPE_KEY: MessageType.START})
+        except ChannelClosed:
+            pass  # seen as an ended link by the next step
+
+    def _abort_started(self) -> None:
+        """Once: the job's abort naming the hosts that failed so far, if any host has
+        started its roles (their agents read it and stop them)."""
+        if self._aborted or not any(link.running for link in self.links):
+            return
+        self._aborted = True
         problems = [(link.host, link.problem) for link in self.links if link.problem]
-        if problems:
-            raise unavailable(problems, "the job cannot run on these hosts")
-        if self.setup.sync_dst_dir is not None:
-            self._sync()
+        failed = [host for host, _ in problems]
+        said = "; ".join(f"{host}: {problem}" for host, problem in problems)
+        self.rdv.write_abort(AbortRecord(
+            kind=AbortKind.FAILED, by=BY, end=EndReason.NODE_FAILURE, hosts=failed,
+            reason=f"the job cannot run on {', '.join(failed)} ({said})"))
+
+    def _stop_started(self) -> List[str]:
+        """Some host cannot run its tasks: the hosts that started their roles already
+        stop them (the abort record, which their agents read within the abort poll),
+        and this waits until their sessions have ended (the grace period plus
+        ``STOP_MARGIN_S``, then they are cut off). The hosts that had started."""
+        started = [link for link in self.links if link.running]
+        if not started:
+            return []
+        self._abort_started()
+        deadline = time.monotonic() + self.plan.grace_s + STOP_MARGIN_S
+        while any(not link.ended for link in started) and time.monotonic() < deadline:
+            self._pump(0.1)
+        for link in started:
+            if not link.ended:
+                link.kill()
+                link.proc.wait()
+                link.ended = True
+        return [link.host for link in started]
 
     def _send_setup(self, link: HostLink) -> None:
         """The runtime and the setup message to ``link``'s agent."""
@@ -356,46 +505,9 @@ class SshController(Controller):
             link.attach(sock)
             self._send_setup(link)
 
-    def _sync(self) -> None:
-        """rsync the working directory to every host, all at once."""
-        env = {**self.environ, wire.JOB_ID: self.plan.job_id}
-        running = [(host, subprocess.Popen(list(host.rsync), stdin=subprocess.DEVNULL,
-                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                           env=env, start_new_session=True,
-                                           preexec_fn=die_with_parent))
-                   for host in self.hosts]
-        deadline = time.monotonic() + max(60.0, self.plan.startup_timeout_s)
-        problems = []
-        for host, proc in running:
-            try:
-                out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out, _ = proc.communicate()
-                problems.append((host.host, "rsync did not finish before the startup deadline"))
-                continue
-            if proc.returncode != 0:
-                text = out.decode(errors="replace")
-                problems.append((host.host, f"rsync to {self.setup.sync_dst_dir} failed "
-                                            f"(exit {proc.returncode}): "
-                                            + describe_failure(proc.returncode, text, "rsync")))
-        if problems:
-            raise unavailable(problems, "cannot copy the working directory to these hosts")
-
     def start(self) -> None:
-        for link in self.links:
-            if link.ended:  # between its hello and now
-                starter = link.plan.starter
-                self.lose_tasks([self.plan.tasks[i] for i in link.plan.tasks],
-                                f"host {link.host}: its {starter.value} session ended before the "
-                                f"job started ({starter.value} exited with {link.exit_code})",
-                                EndReason.NODE_FAILURE, (link.host,))
-                continue
-            link.running = True
-            try:
-                link.channel.send({TYPE_KEY: MessageType.START})
-            except ChannelClosed:
-                pass  # seen as an ended link by the next step
+        """Every host started its roles when it was ready (``prepare``)."""
+        self._advance()
 
     def abandon(self) -> None:
         """Close every session (end of file: an agent that has not started quits) and
@@ -421,6 +533,8 @@ class SshController(Controller):
                 link.kill()
                 link.proc.wait()
             link.close()
+            if link.plan.control_path:
+                unlink_quietly(link.plan.control_path)
 
     # ------------------------------------------------------------------ running
     def step(self, timeout: float) -> bool:
@@ -435,6 +549,8 @@ class SshController(Controller):
     def close(self) -> None:
         for link in self.links:
             link.close()
+            if link.plan.control_path:
+                unlink_quietly(link.plan.control_path)
         for log in self._logs.values():
             log.close()
         self._logs.clear()
@@ -502,8 +618,9 @@ class SshController(Controller):
     def _handle(self, link: HostLink, message: Message) -> None:
         kind = message.get(TYPE_KEY)
         if kind == MessageType.CALL:
+            method = str(message.get("m"))
             try:
-                value = serve_call(self.rdv, str(message.get("m")), message.get("a"),
+                value = serve_call(self.rdv, method, message.get("a"),
                                    adapt_task=self._local_log)
             except (ValueError, TypeError, KeyError) as exc:
                 os.write(link.log, osbytes.encode(
@@ -511,6 +628,8 @@ class SshController(Controller):
                 value = None
             if "id" in message:
                 link.channel.send({TYPE_KEY: MessageType.RET, "id": message["id"], "v": value})
+            if method in PUSHED:
+                self._push(link, {TYPE_KEY: MessageType.PUBLISHED})
         elif kind == MessageType.LOG:
             self._append_log(Role(message["role"]), int(message["rank"]),
                              decode_bytes(message["d"]))
@@ -520,6 +639,16 @@ class SshController(Controller):
             link.problem = str(message.get("message"))
         elif kind == MessageType.BYE:
             link.bye = int(message.get("code", 1))
+
+    def _push(self, source: HostLink, message: Message) -> None:
+        """``message`` to the agent of every other host that runs its tasks."""
+        for link in self.links:
+            if link is not source and link.running and not link.ended \
+                    and link.channel is not None:
+                try:
+                    link.channel.send(message)
+                except ChannelClosed:
+                    pass  # that link's own step sees it
 
     def _local_log(self, record: Any) -> Any:
         """Task and abort records name the log file here, not the host's."""
