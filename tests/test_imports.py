@@ -40,3 +40,28 @@ def test_runtime_zipapp_runs_with_a_bare_python(tmp_path):
     assert result.returncode == 0 and "agent" in result.stdout
     again = bundle.write_runtime(tmp_path / "again.pyz")
     assert again.read_bytes() == target.read_bytes()  # deterministic
+
+
+def test_runtime_zipapp_carries_the_installed_bytecode(tmp_path):
+    """A fresh ``__pycache__`` file goes in beside its module and is what a node of the
+    same Python imports (its code names the installed file); a stale one stays out."""
+    import compileall
+
+    assert compileall.compile_dir(str(RUNTIME), quiet=1, force=False)
+    target = bundle.write_runtime(tmp_path / "runtime.pyz")
+    assert "mxbatch_runtime/layout.pyc" in zipfile.ZipFile(target).namelist()
+    code = ("import inspect, sys; sys.path.insert(0, sys.argv[1]); "
+            "import mxbatch_runtime.layout as m; "
+            "print([f for f in vars(m).values() if inspect.isfunction(f)"
+            " and f.__module__ == m.__name__][0].__code__.co_filename)")
+    out = subprocess.run([sys.executable, "-I", "-c", code, str(target)], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out.endswith("mxbatch/runtime/layout.py")  # compiled source: runtime.pyz/...
+
+    source = tmp_path / "module.py"
+    source.write_text("VALUE = 1\n")
+    compileall.compile_file(str(source), quiet=1)
+    pyc = bundle.installed_bytecode(source)
+    assert pyc is not None and pyc[4:8] == (1).to_bytes(4, "little")
+    source.write_text("VALUE = 22\n")  # another size: the cached file is stale
+    assert bundle.installed_bytecode(source) is None
