@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from batch_startup import spec
-from common import EXAMPLES, cluster_env, fmt, print_table, timed_submit
+from common import EXAMPLES, cluster_env, compile_mxbatch, fmt, print_table, timed_submit
 
 #: the end of each script: times the launch; prints RC= and WALL= and the roles' lines
 #: (not the status lines: on stderr, they would cut the roles' lines where SGE's -j y
@@ -93,6 +93,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sge", action="store_true", help="also SGE (qsub -pe mpi 5)")
     args = parser.parse_args()
+    compile_mxbatch()
     rows: List[List[str]] = [["variant", "floor", "to first step", "wall"]]
     systems = [("slurm", inside_slurm, "srun true, 3 nodes")]
     if args.sge:

@@ -25,7 +25,15 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from common import EXAMPLES, cluster_env, fmt, launch_py_argv, print_table, timed_submit
+from common import (
+    EXAMPLES,
+    cluster_env,
+    compile_mxbatch,
+    fmt,
+    launch_py_argv,
+    print_table,
+    timed_submit,
+)
 
 
 def spec(tmp: Path, backend: str, options: str) -> Path:
@@ -70,6 +78,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", choices=["sge", "slurm"], default=None)
     args = parser.parse_args()
+    compile_mxbatch()
     home = tempfile.mkdtemp(prefix="mxbatch-bench-")
     tmp = Path(home)
     variants = []

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import yaml
-from common import EXAMPLES, cluster_env, fmt, print_table, timed_submit
+from common import EXAMPLES, cluster_env, compile_mxbatch, fmt, print_table, timed_submit
 
 #: mode -> (runtime or None for bare processes, extra container options)
 MODES = {"bare": (None, []), "docker": ("docker", []), "podman": ("podman", []),
@@ -87,6 +87,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="jobs per mode")
     parser.add_argument("--starts", type=int, default=5, help="single role starts per mode")
     args = parser.parse_args()
+    compile_mxbatch()
     tmp = Path(tempfile.mkdtemp(prefix="mxbatch-bench-containers-"))
     env = dict(cluster_env("containers"), MXBATCH_HOME=str(tmp / "home"), OMP_NUM_THREADS="1")
     available = env["MXBATCH_TEST_RUNTIMES"].split()

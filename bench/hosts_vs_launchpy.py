@@ -54,7 +54,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from common import EXAMPLES, LAUNCH_PY_SHIM, cluster_env, fmt, print_table
+from common import EXAMPLES, LAUNCH_PY_SHIM, cluster_env, compile_mxbatch, fmt, print_table
 
 SCRIPT = "image_classification.py"
 ARGS = ["--dataset", "cifar10", "--model", "vgg11", "--epochs", "1", "--kvstore", "dist_sync"]
@@ -192,6 +192,7 @@ def main() -> None:
                         help="also run the mxbatch of this checkout (see the docstring)")
     parser.add_argument("--only", choices=("ssh", "mpi"), help="one launcher kind only")
     args = parser.parse_args()
+    compile_mxbatch()
     load_before = os.getloadavg()[0]
     hosts = cluster_env("hosts")
     work = Path(tempfile.mkdtemp(prefix="mxbatch-bench-hosts-"))

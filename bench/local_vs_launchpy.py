@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from common import EXAMPLES, fmt, launch_py_argv, print_table
+from common import EXAMPLES, compile_mxbatch, fmt, launch_py_argv, print_table
 
 TRAIN = ["python3", "train_mlp.py", "--kvstore", "dist_sync", "--epochs", "3"]
 TRIVIAL = ["python3", "-c", "pass"]
@@ -257,6 +257,7 @@ def main() -> None:
     parser.add_argument("--crash-timeout", type=float, default=60.0)
     parser.add_argument("--only", choices=("example", "trivial"), default=None)
     args = parser.parse_args()
+    compile_mxbatch()
     home = tempfile.mkdtemp(prefix="mxbatch-bench-")
     env = dict(os.environ, MXBATCH_HOME=home, OMP_NUM_THREADS="1",
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])

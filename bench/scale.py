@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from common import ROOT, STATE, cluster_env, print_table
+from common import ROOT, STATE, cluster_env, compile_mxbatch, print_table
 from scalefloor import FLOORS, floor_local
 
 from mxbatch.runtime.layout import RunLayout
@@ -898,6 +898,7 @@ def main() -> None:
     parser.add_argument("--raise-max-tasks", action="store_true",
                         help="set the spec's max_tasks to N above a backend's ceiling")
     args = parser.parse_args()
+    compile_mxbatch()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     if sizes[0] < 3:
         parser.error("N is at least 3 (a scheduler, a server and a worker)")

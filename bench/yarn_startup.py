@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict
 
-from common import EXAMPLES, cluster_env, fmt, print_table, timed_submit
+from common import EXAMPLES, cluster_env, compile_mxbatch, fmt, print_table, timed_submit
 
 SKEIN = [sys.executable, "-m", "skein.cli"]
 
@@ -76,6 +76,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    compile_mxbatch()
     home = tempfile.mkdtemp(prefix="mxbatch-bench-")
     env = dict(cluster_env("yarn"), MXBATCH_HOME=home)
     spec_path = spec(Path(home))

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from common import EXAMPLES, cluster_env, fmt, print_table
+from common import EXAMPLES, cluster_env, compile_mxbatch, fmt, print_table
 
 SKEIN = [sys.executable, "-m", "skein.cli"]
 #: CPU seconds of each mxbatch process run, in order
@@ -91,6 +91,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--before", help="a directory with an older mxbatch package")
     args = parser.parse_args()
+    compile_mxbatch()
     tmp = Path(tempfile.mkdtemp(prefix="mxbatch-bench-"))
     base = dict(cluster_env("yarn"), MXBATCH_HOME=str(tmp / "home"))
     creds = tmp / "skein-creds"  # the cluster's credentials, no driver: cold commands
