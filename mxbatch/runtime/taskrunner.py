@@ -91,11 +91,13 @@ SCHEDULER_ATTEMPTS = 3
 #: how often a waiting member looks for the scheduler's record at most
 MEMBER_POLL_CAP_S = 0.5
 #: how often a held member looks at most: it waits for the scheduler's import (a second
-#: or two), and every look it misses the listen by is start-up time; 5 small reads a
-#: second a member, for that long, is what it costs
-HELD_POLL_CAP_S = 0.2
+#: or two), and every look it misses the listen by is start-up time (with 0.2 s, the
+#: last of 4 batch members went on 0.25 s after the listen on the test clusters); 10
+#: small reads a second a member, for that long, is what it costs
+HELD_POLL_CAP_S = 0.1
 #: how often the scheduler's runner asks who listens on its port, until its role does
-LISTEN_CHECK_S = 0.1
+#: (one read of the role's /proc/PID/net/tcp a look)
+LISTEN_CHECK_S = 0.05
 #: how long the scheduler's runner waits for a SIGKILLed attempt's role at most
 RESTART_WAIT_S = 5.0
 
