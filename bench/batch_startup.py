@@ -6,6 +6,9 @@ and reports, from one run:
   - submit -> all tasks running: latest supervisor start (task records) - submit time
   - submit -> first training step: the slower worker's first step (LAUNCH_T0 = submit)
   - total wall time of ``mxbatch submit --wait``
+  - where the start went, from the job's own records (``common.start_stages``): the CLI
+    to the plan, the queue to the first task's supervisor, the scheduler's role started
+    and listening, the last member going on after that
 The floor is one trivial job through the same cell: ``qsub -sync y -b y true`` and
 ``sbatch --wait --wrap true`` (sbatch polls every 2 s, so also one ``sbatch`` polled
 with ``squeue`` every 0.1 s). It also runs MXNet's own ``launch.py --launcher sge``
@@ -34,6 +37,11 @@ from common import (
     print_table,
     timed_submit,
 )
+
+#: the stages of ``common.start_stages`` shown, and their column names
+STAGES = {"plan": "submit->plan", "first_task": "plan->first task", "sched_exec":
+          "plan->scheduler exec", "listen": "plan->listening", "join_lag":
+          "listening->last member on"}
 
 
 def spec(tmp: Path, backend: str, options: str) -> Path:
@@ -91,11 +99,14 @@ def main() -> None:
         variants += [("slurm arrays", env, "slurm", "het: false"),
                      ("slurm het", env, "slurm", "het: true")]
     rows = [("", "submit->all running", "submit->first step", "wall", "exit codes")]
+    stage_rows = [("", *STAGES.values())]
     for label, env, backend, options in variants:
         runs = [timed_submit(env, backend, spec(tmp, backend, options)) for _ in range(args.repeat)]
         rows.append((label, fmt([r["all_running"] for r in runs]),
                      fmt([r["first_step"] for r in runs]), fmt([r["wall"] for r in runs]),
                      " ".join(str(r["rc"]) for r in runs)))
+        stage_rows.append((label, *(fmt([r["stages"].get(key) for r in runs])
+                                    for key in STAGES)))
     if args.only in (None, "sge"):
         env = cluster_env("sge")
         rows.append(("floor: qsub -sync y -b y true", "", "",
@@ -110,6 +121,8 @@ def main() -> None:
         rows.append(("floor: sbatch + squeue every 0.1s", "", "",
                      fmt([sbatch_polled(env) for _ in range(args.repeat)]), ""))
     print_table(rows)
+    print("\nwhere the start went, from the jobs' own records (see common.start_stages):")
+    print_table(stage_rows)
 
 
 if __name__ == "__main__":

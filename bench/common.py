@@ -57,7 +57,8 @@ def cluster_env(name: str) -> Dict[str, str]:
 
 def timed_submit(env: Dict[str, str], backend: str, spec_path: Path) -> dict:
     """One ``mxbatch submit --wait`` of a 1-epoch job: exit code, wall time, submit ->
-    all tasks running (latest supervisor start), submit -> the slower worker's first step."""
+    all tasks running (latest supervisor start), submit -> the slower worker's first step,
+    and the job's ``start_stages``."""
     t0 = time.time()
     result = subprocess.run([sys.executable, "-m", "mxbatch", "submit", "--wait", "--backend",
                              backend, str(spec_path)], capture_output=True, text=True,
@@ -68,11 +69,42 @@ def timed_submit(env: Dict[str, str], backend: str, spec_path: Path) -> dict:
     starts = [json.loads(p.read_text()).get("started_at") or 0
               for p in tasks_dir.glob("*.json")] if job else []
     firsts = [float(x) for x in re.findall(r"first step at ([\d.]+)s", result.stdout)]
+    stages = start_stages(Path(tasks_dir).parent if job else None, t0)
     if result.returncode != 0:
         sys.stderr.write(result.stderr[-2000:])
-    return {"rc": result.returncode, "wall": wall, "stderr": result.stderr,
+    return {"rc": result.returncode, "wall": wall, "stderr": result.stderr, "stages": stages,
             "all_running": max(starts) - t0 if len(starts) == 5 else None,
             "first_step": max(firsts) if len(firsts) == 2 else None}
+
+
+def newest_run(home: Path, t0: float) -> Optional[Path]:
+    """The newest run directory under ``home`` made after ``t0``; None if none."""
+    runs = [p for p in (home / "runs").glob("*") if p.stat().st_mtime >= t0 - 1]
+    return max(runs, key=lambda p: p.stat().st_mtime) if runs else None
+
+
+def start_stages(run: Optional[Path], t0: float) -> Dict[str, Optional[float]]:
+    """Where an mxbatch job's start went, from its own records in ``run``: ``plan``, the
+    job's plan made (after ``t0``, the launch); then from the plan's ``created_at``:
+    ``first_task``, the first task's supervisor started (a batch job: out of the queue);
+    ``sched_exec``, the scheduler's role started; ``listen``, the scheduler listening;
+    and ``join_lag``, the last member going on after that (``joined_at``: its
+    supervisor read the listening record). ``{}`` when the records are not whole."""
+    if run is None:
+        return {}
+    try:
+        created = json.loads((run / "plan.json").read_text())["created_at"]
+        records = [json.loads(p.read_text()) for p in (run / "tasks").glob("*.json")]
+        scheduler = next(r for r in records if r["role"] == "scheduler")
+        joined = [r["joined_at"] for r in records
+                  if r["role"] != "scheduler" and r.get("joined_at")]
+        return {"plan": created - t0,
+                "first_task": min(r["started_at"] for r in records) - created,
+                "sched_exec": scheduler["exec_at"] - created,
+                "listen": scheduler["reached_at"] - created,
+                "join_lag": max(joined) - scheduler["reached_at"] if joined else None}
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return {}
 
 
 def print_table(rows: List[Sequence[str]]) -> None:

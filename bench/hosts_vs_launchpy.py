@@ -41,7 +41,6 @@ it compiles mxbatch at every start (70 ms here), so the script says so first
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import secrets
@@ -54,7 +53,16 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from common import EXAMPLES, LAUNCH_PY_SHIM, cluster_env, compile_mxbatch, fmt, print_table
+from common import (
+    EXAMPLES,
+    LAUNCH_PY_SHIM,
+    cluster_env,
+    compile_mxbatch,
+    fmt,
+    newest_run,
+    print_table,
+    start_stages,
+)
 
 SCRIPT = "image_classification.py"
 ARGS = ["--dataset", "cifar10", "--model", "vgg11", "--epochs", "1", "--kvstore", "dist_sync"]
@@ -123,30 +131,6 @@ def sweep(token: str) -> int:
     return killed
 
 
-def start_stages(home: Path, t0: float) -> Dict[str, Optional[float]]:
-    """Where an mxbatch job's start went, from its own records (the newest run directory
-    under ``home`` started after ``t0``): the job's plan made (after launch), the
-    scheduler's role started, the scheduler listening (all from the plan's
-    ``created_at``), and the last member on another host than the scheduler going on
-    after that (``joined_at``: its supervisor read the listening record)."""
-    runs = [p for p in (home / "runs").glob("*") if p.stat().st_mtime >= t0 - 1]
-    if not runs:
-        return {}
-    run = max(runs, key=lambda p: p.stat().st_mtime)
-    try:
-        created = json.loads((run / "plan.json").read_text())["created_at"]
-        records = [json.loads(p.read_text()) for p in (run / "tasks").glob("*.json")]
-        scheduler = next(r for r in records if r["role"] == "scheduler")
-        remote = [r["joined_at"] for r in records
-                  if r["role"] != "scheduler" and r["host"] != scheduler["host"]
-                  and r.get("joined_at")]
-        return {"plan": created - t0, "sched_exec": scheduler["exec_at"] - created,
-                "listen": scheduler["reached_at"] - created,
-                "join_lag": max(remote) - scheduler["reached_at"] if remote else None}
-    except (OSError, ValueError, KeyError, TypeError, StopIteration):
-        return {}
-
-
 def run_once(name: str, make_argv, env: Dict[str, str], cwd: Path, timeout: float,
              crash: bool) -> dict:
     token = secrets.token_hex(4)
@@ -176,8 +160,8 @@ def run_once(name: str, make_argv, env: Dict[str, str], cwd: Path, timeout: floa
     crashed = re.search(r"simulated crash on worker rank \d+ after \d+ steps, ([\d.]+)s", text)
     if not crash and proc.returncode != 0:
         sys.stderr.write(f"{name}: exit {proc.returncode}\n{text[-3000:]}\n")
-    stages = start_stages(Path(env["MXBATCH_HOME"]), t0) if name.startswith("mxbatch") \
-        else {}
+    stages = start_stages(newest_run(Path(env["MXBATCH_HOME"]), t0), t0) \
+        if name.startswith("mxbatch") else {}
     return {**stages, "rc": None if hung else proc.returncode, "wall": wall, "hung": hung,
             "first": max(firsts) if len(firsts) == 2 else None, "secret": shown,
             "left": left, "workers_ok": len(re.findall(r"done after \d+ steps", text)),
