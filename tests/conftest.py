@@ -28,9 +28,12 @@ EXAMPLES = ROOT / "examples"
 FAKEROLE = Path(__file__).resolve().parent / "fakerole.py"
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Tests marked with a cluster run only when it is up; MXBATCH_REQUIRE lists the
-    ones that must run (CI), turning a missing cluster into a failure, not a skip."""
+    ones that must run (CI), turning a missing cluster into a failure, not a skip.
+    First among the hooks: pytest-xdist's own reads the ``xdist_group`` markers given
+    here to name each test's group."""
     required = {n for n in os.environ.get("MXBATCH_REQUIRE", "").split(",") if n}
     available = {"mxnet": importlib.util.find_spec("mxnet") is not None}
     for marker in ("sge", "slurm", "yarn", "cachefs", "containers", "ssh", "mpi"):
@@ -42,6 +45,23 @@ def pytest_collection_modifyitems(config, items):
         group = next((g for m, g in CLUSTER_GROUPS if m in item.keywords), None)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_finish(session):
+    """Under ``--dist loadgroup``, fail at once when pytest-xdist did not group the
+    cluster tests: its worker appends ``@GROUP`` to each node id, which pytest 9.2 no
+    longer lets it do (its ``Node.nodeid`` stopped reading ``_nodeid``), and the tests
+    of one cluster then ran side by side and starved each other (a heterogeneous job
+    and an array waited for each other's Slurm node until their startup deadlines)."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    lost = [item.nodeid for item in session.items
+            if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if lost:
+        raise pytest.UsageError(
+            f"pytest-xdist's --dist loadgroup does not group the tests with pytest "
+            f"{pytest.__version__} ({lost[0]} has no @group): the clusters' tests would run "
+            "side by side; install the pytest pinned in pyproject.toml")
 
 
 #: with pytest-xdist (``-n N --dist loadgroup``, as ci/test.sh runs the suite) the tests
