@@ -65,11 +65,12 @@ def timed_submit(env: Dict[str, str], backend: str, spec_path: Path) -> dict:
                             env=dict(env, LAUNCH_T0=repr(t0), EPOCHS="1"), timeout=600)
     wall = time.time() - t0
     job = result.stdout.split()[0] if result.stdout else ""
-    tasks_dir = Path(RunLayout(str(Path(env["MXBATCH_HOME"]) / "runs" / job)).tasks_dir)
+    run = Path(env["MXBATCH_HOME"]) / "runs" / job
+    tasks_dir = Path(RunLayout(str(run)).tasks_dir)
     starts = [json.loads(p.read_text()).get("started_at") or 0
               for p in tasks_dir.glob("*.json")] if job else []
     firsts = [float(x) for x in re.findall(r"first step at ([\d.]+)s", result.stdout)]
-    stages = start_stages(Path(tasks_dir).parent if job else None, t0)
+    stages = start_stages(run if job else None, t0)
     if result.returncode != 0:
         sys.stderr.write(result.stderr[-2000:])
     return {"rc": result.returncode, "wall": wall, "stderr": result.stderr, "stages": stages,
