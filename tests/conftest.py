@@ -165,7 +165,9 @@ class Cli:
 
     def run_dirs(self) -> List[Path]:
         runs = self.home / "runs"
-        return sorted(runs.iterdir()) if runs.is_dir() else []
+        # a dot name is no run: the submission's probe that run directories can be made
+        return sorted(p for p in runs.iterdir() if not p.name.startswith(".")) \
+            if runs.is_dir() else []
 
 
 @pytest.fixture

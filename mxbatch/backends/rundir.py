@@ -31,8 +31,11 @@ def check_writable(plan: JobPlan) -> None:
     try:
         base.mkdir(parents=True, exist_ok=True, mode=0o700)
         probe = base / f".mxbatch-probe-{os.getpid()}-{os.urandom(4).hex()}"
-        probe.mkdir(mode=0o700)
-        probe.rmdir()
+        try:
+            probe.mkdir(mode=0o700)
+        finally:  # a Ctrl-C just after the mkdir too: no probe is left among the runs
+            if probe.is_dir():
+                probe.rmdir()
     except OSError as exc:
         raise plan.spec.error(("rendezvous", "dir"),
                               f"cannot create run directories in {base}: "
