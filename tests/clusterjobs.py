@@ -11,11 +11,13 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+import pytest
 import yaml
 
 from mxbatch.runtime.layout import RunLayout
 
 from .conftest import FAKEROLE, Cli, copy_example, task_record, wait_for
+from .polling import poll
 
 #: how long after the abort every task of the example job may take to end: its 10 s
 #: grace, plus the batch system's and the supervisors' polling
@@ -193,9 +195,14 @@ def cancel_in_the_backoff(cli: Cli, job: str, run: Path, timeout: float = 180) -
     """A driven job whose attempt 0 has ended: once its status says it waits before
     attempt 1, ``cancel`` ends it CANCELLED after that one attempt, and its driver of
     attempts ends too (the batch and YARN backends' driver, ``backends/driver.py``)."""
-    status = wait_for(lambda: (lambda s: s if "attempt 1 starts in" in (s["reason"] or "")
-                               else None)(cli.status(job)), timeout, "the wait before attempt 1",
-                      interval=1)
+
+    def backing_off(status: dict) -> bool:
+        return "attempt 1 starts in" in (status["reason"] or "")
+
+    status = poll(lambda: cli.status(job), backing_off, timeout, 1)
+    if not backing_off(status):  # say what the job was doing instead
+        pytest.fail(f"timed out after {timeout}s waiting for the wait before attempt 1; "
+                    f"the job's status: {json.dumps(status)[:3000]}")
     assert status["state"] == "RUNNING"
     driver = json.loads((run / "attempts.json").read_text())["driver_pid"]
     result = cli.run("cancel", job)

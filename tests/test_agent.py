@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -145,4 +146,32 @@ def test_killed_agent_of_a_detached_job_is_noticed(cli, tmp_path):
     # every task of the dead agent is named lost, none is left running
     assert re.search(r"(scheduler|server|worker)\[\d\] lost: ", result.stderr), result.stderr
     assert cli.status(job)["state"] == "FAILED"
+    assert_no_processes(job)
+
+
+def test_a_task_started_a_second_time_in_its_attempt_ends_it_as_a_preemption(cli, tmp_path):
+    """What a batch system does when it re-runs a task (SGE after ``qmod -rj`` or a lost
+    host, Slurm's requeue) before anybody recorded the first run's end: a second
+    supervisor of worker[0] starts in the same attempt. It starts no role; the attempt
+    ends as a preemption naming the re-run and the first run, and nothing is left."""
+    spec = many_task_spec(tmp_path, servers=1, workers=2, name="rerun")
+    job = cli.submit(spec)
+    wait_for(lambda: all_running(cli, job, 4), 60, "the tasks to run", interval=0.2)
+    run_dir = cli.run_dir(job)
+    first = task_record(run_dir, "worker", 0)
+    index = next(t["index"] for t in json.loads(Path(RunLayout(str(run_dir)).plan)
+                                                .read_text())["tasks"]
+                 if t["role"] == "worker" and t["rank"] == 0)
+    rerun = subprocess.run([sys.executable, "-m", "mxbatch.runtime", "run", str(run_dir),
+                            "--task", str(index)], env=cli.env, capture_output=True,
+                           text=True, timeout=60)
+    assert rerun.returncode == 1, rerun.stderr
+    result = cli.run("wait", job, "--timeout", "60")
+    assert result.returncode == 1, result.stderr
+    abort = json.loads(Path(RunLayout(str(run_dir)).abort).read_text())
+    assert abort["end"] == "preempted" and (abort["role"], abort["rank"]) == ("worker", 0)
+    assert ("worker[0] started a second time in attempt 0: the batch system re-ran it after "
+            f"its first run (on {first['host']}, supervisor pid {first['supervisor_pid']}, "
+            "last recorded RUNNING) ended with no end recorded") in abort["reason"], abort
+    assert abort["reason"] in result.stderr
     assert_no_processes(job)

@@ -46,16 +46,7 @@ def reschedule_the_workers(sge: Cli, spec, restarts: dict):
     return job, run, first
 
 
-#: seen in 2 of 4 full CI runs: SGE re-ran the rescheduled DRMAA worker task at once
-#: with no SIGUSR2 (-notify) reaching its supervisor first, so attempt 0 never ended
-#: as preempted (the new task ran in attempt 0's place); under investigation
-DRMAA_RESCHEDULE_RACE = pytest.mark.xfail(
-    strict=False, reason="SGE may re-run a DRMAA task rescheduled by qmod -rj before "
-    "its supervisor sees the -notify signal (2 of 4 CI runs)")
-
-
-@pytest.mark.parametrize("submitter", ["qsub", pytest.param("drmaa",
-                                                            marks=DRMAA_RESCHEDULE_RACE)])
+@pytest.mark.parametrize("submitter", ["qsub", "drmaa"])
 def test_a_rescheduled_job_relaunches_and_finishes(sge, tmp_path, submitter):
     # the workers end only when the test says so (the barrier), never by a timer that a
     # loaded machine could outrun before the preemption reaches them
@@ -71,8 +62,13 @@ def test_a_rescheduled_job_relaunches_and_finishes(sge, tmp_path, submitter):
     assert result.returncode == 0, result.stderr
     status = sge.status(job)
     assert [a["reason"] for a in status["attempts"]] == ["preempted", "succeeded"], status
-    assert "SIGUSR2 (preempted)" in status["attempts"][0]["detail"]
-    assert (tmp_path / "out" / "0.checkpoint").read_text() == "0"  # attempt 0 checkpointed
+    detail = status["attempts"][0]["detail"]
+    if "SIGUSR2 (preempted)" in detail:  # the warning reached the supervisors first
+        assert (tmp_path / "out" / "0.checkpoint").read_text() == "0"  # and they checkpointed
+    else:  # seen in CI runs under load: SGE killed and re-ran a worker task before its
+        # supervisor acted on -notify; the re-run ends the attempt (``Agent._rerun_abort``)
+        assert "started a second time in attempt 0: the batch system re-ran it" in detail, \
+            detail
     later = status["attempts"][1]["native"]["job_ids"]
     assert set(later.values()).isdisjoint(first.values())
     wait_queue_empty(lambda: queued_ids(sge, list(first.values()) + list(later.values())),

@@ -84,8 +84,8 @@ def test_startup_deadline_when_yarn_cannot_place_the_workers(yarn, tmp_path):
     result = yarn.run("submit", "--backend", "yarn", "--wait", str(spec))
     elapsed = time.time() - started
     assert result.returncode == 1, result.stderr[-3000:]
-    assert "startup deadline (20s) passed" in result.stderr
-    assert "worker[0], worker[1]" in result.stderr
+    assert "startup deadline (20s) passed" in result.stderr, result.stderr[-3000:]
+    assert "worker[0], worker[1]" in result.stderr, result.stderr[-3000:]
     assert elapsed < 20 + 15
     job = result.stdout.split()[0]
     assert rm_app(yarn, app_id(yarn, job))["finalStatus"] in ("FAILED", "KILLED")

@@ -207,7 +207,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                   slots=getattr(args, "slots", None),
                   environ=environ, signals_cancel=getattr(args, "cancel_on_signal", False),
                   signals_from_launcher=getattr(args, "launcher_signals", False),
-                  attempt=ctx.index, restart_reason=ctx.reason_name)
+                  attempt=ctx.index, restart_reason=ctx.reason_name,
+                  reruns=args.command == "run")
     code = agent.run()
     rendezvous.close(code)
     return 0 if getattr(args, "exit_zero", False) else code

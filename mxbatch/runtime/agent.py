@@ -105,7 +105,9 @@ class Agent:
     job manager), so that once its roles have ended, any process of this host that
     carries the job's id is a leftover (a role's child that left its process group):
     killed; ``devices``: each task's own ``CUDA_VISIBLE_DEVICES`` (by task index), over
-    the inherited one (``environ.device_shares``).
+    the inherited one (``environ.device_shares``); ``reruns``: a batch system may
+    start this agent's task again in the same attempt (a batch array task, a YARN
+    container, an MPI rank: ``runtime.pyz run``), which ``_rerun_abort`` looks for.
     For attempt k >= 1, ``plan.created_at`` must be the attempt's start (its start-up
     deadline counts from there: ``jobloop.attempt_plan``)."""
 
@@ -114,7 +116,7 @@ class Agent:
                  signals_cancel: bool = False, signals_from_launcher: bool = False,
                  on_tick: Optional[Callable[[], None]] = None, attempt: int = 0,
                  restart_reason: Optional[str] = None, reap_job: bool = False,
-                 devices: Optional[Mapping[int, str]] = None) -> None:
+                 devices: Optional[Mapping[int, str]] = None, reruns: bool = False) -> None:
         self.plan = plan
         self.rdv = rendezvous
         self.on_tick = on_tick
@@ -148,6 +150,7 @@ class Agent:
         #: the failed write that made this agent stop the job, if one did
         self.storage_error: Optional[RunDirUnwritable] = None
         self.reap_job = reap_job
+        self.reruns = reruns
         self._selector = selectors.DefaultSelector()
         self._wakeup: Optional[int] = None
         self._next = {"beat": 0.0, "abort": 0.0, "watch": 0.0, "progress": 0.0}
@@ -182,6 +185,9 @@ class Agent:
             if abort is not None:
                 self._stop_all(abort, time.time(), time.monotonic())
             else:
+                rerun = self._rerun_abort() if self.reruns else None
+                if rerun is not None:
+                    self._abort(rerun)
                 self._write_records(force=True)
         except RunDirUnwritable as exc:
             self._storage_lost(exc)
@@ -262,6 +268,28 @@ class Agent:
                     self._abort(failed.abort)
                 self._register(runner)
 
+    def _rerun_abort(self) -> Optional[AbortRecord]:
+        """The end of this attempt when the batch system has started one of this agent's
+        tasks a second time in it (its record names an earlier supervisor: SGE re-ran a
+        task that ``qmod -rj`` rescheduled, or one whose host failed, before anybody
+        recorded the first run's end; Slurm requeued one): ps-lite cannot take a task
+        back into a running job, so the attempt ends as a preemption, which restarts
+        relaunch; None for a first start. One read per task, at start only."""
+        for runner in self.runners:
+            task = runner.task
+            earlier = self.rdv.read_task(task.role, task.rank)
+            if earlier is None or earlier.supervisor_pid is None:
+                continue
+            first = "on %s, supervisor pid %d, last recorded %s" % (
+                earlier.host or "an unknown host", earlier.supervisor_pid, earlier.state.value)
+            reason = ("%s started a second time in attempt %d: the batch system re-ran it "
+                      "after its first run (%s) ended with no end recorded"
+                      % (task.label, self.attempt, first))
+            runner.record.note = reason
+            return AbortRecord(kind=AbortKind.FAILED, by=self.by, end=EndReason.PREEMPTED,
+                               role=task.role, rank=task.rank, reason=reason)
+        return None
+
     def _abort(self, abort: AbortRecord) -> None:
         """Make ``abort`` the job's abort (unless another was first) and stop everything."""
         if self.aborted is not None:
@@ -278,7 +306,8 @@ class Agent:
             runner.drain_output(mono)
         for runner in self.runners:
             if runner.phase is Phase.QUEUED:
-                runner.record.note = "never started: job aborted"
+                # (a re-run task's note says why it did not: ``_rerun_abort``)
+                runner.record.note = runner.record.note or "never started: job aborted"
                 runner.phase = Phase.DONE
                 runner.record.state = TaskState.CANCELLED
                 runner.record.ended_at = wall
