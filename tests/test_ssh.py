@@ -21,6 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from mxbatch.runtime.procs import processes_with_variable
+from mxbatch.runtime.wire import JOB_ID
+
 from .conftest import FAKEROLE, Cli, assert_no_processes, task_record, wait_for
 from .hostjobs import (
     abort_record,
@@ -28,7 +31,6 @@ from .hostjobs import (
     fake_spec,
     kill,
     last_end,
-    on_command_lines,
     remote_temp_dirs,
     ssh_session_of,
     start_long_job,
@@ -82,7 +84,8 @@ def test_bad_hosts_are_named_and_nothing_starts(hosts_cli, hosts_env, tmp_path):
             or "the roles that had started on mxbh1 were stopped" in result.stderr)
     assert "Traceback" not in result.stderr
     assert hosts_cli.run_dirs() == []
-    assert on_command_lines(f"mxbatch-{name}-") == []  # no agent left waiting anywhere
+    # no agent left waiting anywhere (each runs with its job's id in its environment)
+    assert processes_with_variable(lambda v: v.startswith(f"{JOB_ID}={name}-".encode())) == []
     assert remote_temp_dirs(name + "-*") == []
 
 

@@ -1,13 +1,18 @@
 """The agent of one ssh host, reached only through its ssh session (no shared storage).
 
-The submit host runs ``ssh HOST exec env MXBATCH_JOB_ID=<job> python3 -c BOOTSTRAP``
+The submit host runs ``ssh HOST exec env MXBATCH_JOB_ID=<job> python3 -S -c BOOTSTRAP``
 and writes to the session's stdin, in order:
 
 1. 16 ASCII digits: the size of the runtime zipapp, then its bytes. ``BOOTSTRAP``
    (Python 3.0 syntax, so that an old ``python3`` can still say what is wrong) checks
    the version (exit ``VERSION_EXIT`` below 3.8), writes the zipapp into a new private
-   directory (``mkdtemp``, mode 0700) and execs ``python3 runtime.pyz remote DIR``
-   (``main`` here), which speaks ``channel`` messages on the same stdin and stdout;
+   directory (``mkdtemp``, mode 0700) and runs it in the same process, as
+   ``runtime.pyz remote DIR`` would (``main`` here: no second interpreter start), which
+   speaks ``channel`` messages on the same stdin and stdout. ``python3 -S``: the
+   runtime needs the standard library only, so the interpreter skips ``site`` (its
+   ``.pth`` files may import whole packages); the bootstrap drops ``-c``'s current
+   directory from ``sys.path`` before importing anything, so that no file in the
+   login directory stands in for a standard module;
 2. ``{"t": "setup", "plan": PLAN_JSON, "env": ENV, "tasks": [I, ...], "host": NAME,
    "check_workdir": BOOL, "make_dirs": [...], "attempt": K, "restart_reason": R}``:
    the plan (``run_dir`` becomes DIR; its deadlines the attempt's),
@@ -26,7 +31,7 @@ and writes to the session's stdin, in order:
    another host fail its check later, the controller writes the job's abort, which
    this agent reads as any abort: it stops its roles and ends.
 
-**Connecting back.** With two arguments, ``python3 -c BOOTSTRAP ADDRESS PORT``, the
+**Connecting back.** With two arguments, ``python3 -S -c BOOTSTRAP ADDRESS PORT``, the
 bootstrap first reads a ``TOKEN_BYTES`` token from stdin, connects to ``ADDRESS:PORT``
 (the controller), sends the token, and makes that connection its stdin and stdout: all
 of the above then goes over TCP. For starters whose stdio is no reliable byte stream:
@@ -64,6 +69,8 @@ TOKEN_BYTES = 32
 
 BOOTSTRAP = r"""
 import os, sys
+if sys.path and sys.path[0] == "":
+    del sys.path[0]
 if sys.version_info < (3, 8):
     sys.stderr.write("mxbatch: %s is Python %d.%d; mxbatch needs Python 3.8 or newer\n"
                      % (sys.executable, sys.version_info[0], sys.version_info[1]))
@@ -90,7 +97,10 @@ path = tempfile.mkdtemp(prefix="mxbatch-%s-" % os.environ.get("@JOB_ID@", "job")
 with open(os.path.join(path, "runtime.pyz"), "wb") as out:
     out.write(read(size))
 pyz = os.path.join(path, "runtime.pyz")
-os.execv(sys.executable, [sys.executable, pyz, "remote", path])
+sys.argv = [pyz, "remote", path]
+sys.path.insert(0, pyz)
+from mxbatch_runtime.__main__ import main
+sys.exit(main())
 """.strip().replace("@JOB_ID@", JOB_ID).replace("@TOKEN_BYTES@", str(TOKEN_BYTES))
 
 #: variables of the submitter's environment that describe its own session, not a job:

@@ -1,7 +1,7 @@
 """The ssh backend's controller: one ssh session per host, each running that host's
 agent, with the job's state here on the submit host.
 
-Per host (``HostLink``): ``ssh HOST exec env MXBATCH_JOB_ID=<job> python3 -c
+Per host (``HostLink``): ``ssh HOST exec env MXBATCH_JOB_ID=<job> python3 -S -c
 BOOTSTRAP`` (``runtime.remote``), in a session of its own (Ctrl-C reaches only the
 controller, which then cancels the job cleanly) and dying with the controller
 (PR_SET_PDEATHSIG: a killed controller drops every connection, and each agent then

@@ -36,7 +36,7 @@ and stdout onto the host (``HostPlan.argv``):
   a short token goes over qrsh's stdin, the channel over a TCP connection to the
   controller (``runtime.remote``).
 
-``REMOTE`` is the same everywhere: ``exec env MXBATCH_JOB_ID=<job> PYTHON -c BOOTSTRAP``
+``REMOTE`` is the same everywhere: ``exec env MXBATCH_JOB_ID=<job> PYTHON -S -c BOOTSTRAP``
 (with ``MXBATCH_GPU_SHARES=1`` for an agent that shares its step's GPUs out).
 """
 
@@ -81,7 +81,7 @@ def remote_command(job_id: str, python: str, gpu_shares: bool = False) -> str:
     """The shell command that runs a host's agent (its stdin and stdout the channel);
     ``gpu_shares``: the agent gives each role its share of the host's GPUs."""
     shares = f" {wire.GPU_SHARES}=1" if gpu_shares else ""
-    return (f"exec env {wire.JOB_ID}={quote(job_id)}{shares} {quote(python)} -c "
+    return (f"exec env {wire.JOB_ID}={quote(job_id)}{shares} {quote(python)} -S -c "
             f"{quote(BOOTSTRAP)}")
 
 
