@@ -58,7 +58,7 @@ GOLDEN_WORKER_SCRIPT = """\
 #$ -l scratch=1G
 #$ -notify
 export MXBATCH_JOB_ID=golden-00000001
-exec /venv/bin/python /shared/runs/golden-00000001/runtime.pyz run /shared/runs/golden-00000001 --role worker
+exec /venv/bin/python -S /shared/runs/golden-00000001/runtime.pyz run /shared/runs/golden-00000001 --role worker
 """
 
 
@@ -87,7 +87,7 @@ def test_drmaa_template_is_golden(tmp_path):
     assert template.native == ("-V -S /bin/sh -w e -pe mpi 2 -l h_vmem=2048M -l h_rt=1:30:00 "
                                "-q gpu.q -P ml -l scratch=1G -notify")
     assert template.remote_command == "/venv/bin/python"
-    assert template.args == ["/shared/runs/golden-00000001/runtime.pyz", "run",
+    assert template.args == ["-S", "/shared/runs/golden-00000001/runtime.pyz", "run",
                              "/shared/runs/golden-00000001", "--role", "server"]
     assert template.output_path == ":logs/sge-server.$drmaa_incr_ph$.out"
     assert template.working_directory == "/shared/runs/golden-00000001"
@@ -130,12 +130,12 @@ def test_any_run_directory_works_qsub_and_drmaa(tmp_path):
     run_dir = f"{ODD}/golden-00000001"
     script = backend.script_for(plan, group(plan, "worker"))
     assert "#$ -wd" not in script and "#$ -o logs/sge-worker.$TASK_ID.out\n" in script
-    assert f"exec /venv/bin/python {shlex.quote(run_dir + '/runtime.pyz')} run" in script
+    assert f"exec /venv/bin/python -S {shlex.quote(run_dir + '/runtime.pyz')} run" in script
     assert backend.render(plan).submit_commands["worker"][2:4] == ["-wd", run_dir]
     backend, plan = golden_plan(tmp_path, runs=ODD, options="submitter: drmaa")
     template = backend.template(plan, group(plan, "worker"))
     assert template.working_directory == run_dir
-    assert template.args[2] == run_dir
+    assert template.args[3] == run_dir
 
 
 def test_a_run_directory_with_what_sge_substitutes_is_a_spec_error(tmp_path):

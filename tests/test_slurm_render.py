@@ -58,7 +58,7 @@ GOLDEN_WORKER_SCRIPT = """\
 #SBATCH --constraint=a100
 #SBATCH --exclusive
 export MXBATCH_JOB_ID=golden-00000001
-exec /venv/bin/python /shared/runs/golden-00000001/runtime.pyz run /shared/runs/golden-00000001 --role worker
+exec /venv/bin/python -S /shared/runs/golden-00000001/runtime.pyz run /shared/runs/golden-00000001 --role worker
 """
 
 GOLDEN_HET_SCRIPT = """\
@@ -102,11 +102,11 @@ GOLDEN_HET_SCRIPT = """\
 #SBATCH --exclusive
 export MXBATCH_JOB_ID=golden-00000001
 exec srun --kill-on-bad-exit=0 \
---het-group=0 --cpus-per-task=2 /venv/bin/python /shared/runs/golden-00000001/runtime.pyz \
+--het-group=0 --cpus-per-task=2 /venv/bin/python -S /shared/runs/golden-00000001/runtime.pyz \
 run /shared/runs/golden-00000001 --task-from SLURM_PROCID : \
---het-group=1 --cpus-per-task=2 /venv/bin/python /shared/runs/golden-00000001/runtime.pyz \
+--het-group=1 --cpus-per-task=2 /venv/bin/python -S /shared/runs/golden-00000001/runtime.pyz \
 run /shared/runs/golden-00000001 --task-from SLURM_PROCID : \
---het-group=2 --cpus-per-task=3 --gres=gpu:2 /venv/bin/python \
+--het-group=2 --cpus-per-task=3 --gres=gpu:2 /venv/bin/python -S \
 /shared/runs/golden-00000001/runtime.pyz run /shared/runs/golden-00000001 \
 --task-from SLURM_PROCID
 """

@@ -13,12 +13,17 @@ agent's modules: 0.06 s instead of 0.12 s on the test VM); any other version's
 ``zipimport`` rejects the magic number and compiles the source, as before.
 The archive is deterministic for one installation (fixed timestamps, sorted names,
 bytecode only from fresh ``__pycache__`` files).
+
+Every process that runs the runtime starts its interpreter with ``-S``
+(``runtime_command``; an ssh host's bootstrap too): the runtime needs the standard
+library only, and ``site`` with its ``.pth`` files can import whole packages first
+(certifi, 20 ms, on the test VM). Not on YARN, whose rendezvous module imports skein.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from .. import runtime
 
@@ -30,6 +35,13 @@ _MAIN = (
     "sys.exit(main())\n"
 )
 _EPOCH = (1980, 1, 1, 0, 0, 0)
+#: the interpreter option of every process that runs the runtime: no ``site``
+NO_SITE = "-S"
+
+
+def runtime_command(python: str, pyz: str, *args: str) -> List[str]:
+    """The argv that runs ``pyz`` (``runtime.pyz``) with ``args`` under ``python``."""
+    return [python, NO_SITE, pyz, *args]
 
 
 def installed_bytecode(source: Path, data: Optional[bytes] = None) -> Optional[bytes]:

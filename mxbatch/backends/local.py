@@ -37,6 +37,7 @@ from ..runtime.rendezvous import FileRendezvous
 from ..spec.plan import JobPlan
 from ..spec.typed import option
 from .base import Backend, Handle, RenderedItem, Request, Rollback, load_run_plan
+from .bundle import runtime_command
 from .records import JobRecord
 from .supervised import status_supervised_here
 
@@ -104,8 +105,8 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
             raise plan.spec.error(("backends", self.name, "slots"), "must be at least 1")
 
     def render(self, plan: JobPlan) -> LocalRequest:
-        argv = [sys.executable, plan.run.layout.runtime, "agent", plan.run.run_dir,
-                "--cancel-on-signal"]
+        argv = runtime_command(sys.executable, plan.run.layout.runtime, "agent",
+                               plan.run.run_dir, "--cancel-on-signal")
         if self.options.slots:
             argv += ["--slots", str(self.options.slots)]
         return LocalRequest(plan=plan, manager_argv=tuple(argv))

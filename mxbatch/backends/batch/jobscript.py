@@ -20,6 +20,7 @@ from ...runtime.planfile import RunPlan, TaskInfo
 from ...runtime.roles import Role
 from ...spec.located import KeyPath
 from ...spec.plan import JobPlan
+from ..bundle import runtime_command
 
 #: where a directive's values come from in the spec, for errors (``("backends",
 #: "slurm", "extra", 1)``); empty: mxbatch's own, always representable
@@ -133,7 +134,7 @@ def runtime_argv(plan: JobPlan, role: Optional[Role] = None,
                  task_from: Optional[str] = None) -> List[str]:
     """What each task runs: the runtime zipapp for ``role`` (an array task: its rank from
     the array), or for the task whose index is in the variable ``task_from``."""
-    argv = [plan.run.python, plan.run.layout.runtime, "run", plan.run.run_dir]
+    argv = runtime_command(plan.run.python, plan.run.layout.runtime, "run", plan.run.run_dir)
     if task_from is not None:
         return argv + ["--task-from", task_from]
     assert role is not None

@@ -1,6 +1,6 @@
 """MPI backend: one ``mpirun`` starts an agent for every task of the job (1+S+W ranks).
 
-Each rank runs ``python3 <run dir>/runtime.pyz run <run dir> --task-from
+Each rank runs ``python3 -S <run dir>/runtime.pyz run <run dir> --task-from
 OMPI_COMM_WORLD_RANK,PMI_RANK --environ-file <run dir>/mpi/environ.json --exit-zero``:
 its task is its rank (the scheduler is rank 0, on the first host), its rendezvous the
 files of the run directory. **The run directory (``rendezvous.dir``) and the working
@@ -66,6 +66,7 @@ from ...runtime.states import AbortKind, AbortRecord, EndReason, SchedulerRecord
 from ...spec.plan import JobPlan
 from ...spec.typed import Seconds, from_data, option, to_data
 from ..base import RenderedItem
+from ..bundle import runtime_command
 from . import hostfile, placement
 from .controller import (
     BY,
@@ -218,9 +219,9 @@ class MpiBackend(ControlledBackend[MpiOptions, MpiRequest]):
                      "--stdin", "none", "-x", f"{wire.JOB_ID}={run.job_id}"]
         else:
             argv += ["-f", hosts_path, "-genv", wire.JOB_ID, run.job_id]
-        argv += [*self.options.extra, self.options.python, layout.runtime, "run", run.run_dir,
-                 "--task-from", RANK_VARIABLES, "--environ-file", environ, "--exit-zero",
-                 "--launcher-signals"]
+        argv += [*self.options.extra, *runtime_command(
+            self.options.python, layout.runtime, "run", run.run_dir, "--task-from",
+            RANK_VARIABLES, "--environ-file", environ, "--exit-zero", "--launcher-signals")]
         setup = MpiSetup(argv=tuple(argv), hostfile=hosts_path, hostfile_text=text,
                          environ_file=environ, task_hosts=task_hosts,
                          start_timeout_s=float(self.options.start_timeout),

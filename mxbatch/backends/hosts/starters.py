@@ -48,6 +48,7 @@ from typing import List, Optional
 from ...quoting import quote
 from ...runtime import wire
 from ...runtime.remote import BOOTSTRAP, VERSION_EXIT
+from .. import bundle
 
 
 class StarterKind(str, enum.Enum):
@@ -81,8 +82,8 @@ def remote_command(job_id: str, python: str, gpu_shares: bool = False) -> str:
     """The shell command that runs a host's agent (its stdin and stdout the channel);
     ``gpu_shares``: the agent gives each role its share of the host's GPUs."""
     shares = f" {wire.GPU_SHARES}=1" if gpu_shares else ""
-    return (f"exec env {wire.JOB_ID}={quote(job_id)}{shares} {quote(python)} -S -c "
-            f"{quote(BOOTSTRAP)}")
+    return (f"exec env {wire.JOB_ID}={quote(job_id)}{shares} {quote(python)} "
+            f"{bundle.NO_SITE} -c {quote(BOOTSTRAP)}")
 
 
 def step_name(job_id: str) -> str:
