@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from mxbatch.runtime import listeners, net, procstat
+from mxbatch.runtime import listeners, net, procstat, sockdiag
 from mxbatch.runtime.listeners import Holder
 
 from .conftest import time_wait_port, wait_for
@@ -112,3 +112,45 @@ def test_member_ports_grow_with_the_rank_and_differ_between_jobs_of_one_shape():
         assert [(p - 9000) // 200 for p in chosen] == [0, 1, 2, 3, 4], chosen
     assert first == ports("train-0a1b2c3d")  # the same job: the same ports (attempts)
     assert first != second
+
+
+@pytest.mark.parametrize("ip, family", [("127.0.0.1", socket.AF_INET), ("", socket.AF_INET),
+                                        ("::", socket.AF_INET6), ("::1", socket.AF_INET6)])
+def test_the_kernel_s_sock_diag_and_proc_see_the_same_listeners(ip, family):
+    """``listeners`` asks sock_diag in its own network namespace; ``/proc``'s tables, which
+    it reads for another namespace, say the same of the same socket."""
+    try:
+        sock = _listener(ip, family)
+    except OSError:
+        pytest.skip(f"cannot listen on {ip!r} here")
+    with sock:
+        port = sock.getsockname()[1]
+        from_kernel = listeners.listeners(os.getpid(), port)
+        from_proc = [found for text in listeners._tables(os.getpid())
+                     for found in listeners.parse_listeners(text) if found.port == port]
+        assert from_kernel == from_proc and len(from_kernel) == 1
+        assert from_kernel[0].inode in listeners.socket_inodes([os.getpid()])
+
+
+def test_a_listener_in_another_network_namespace_is_read_from_its_proc_tables():
+    """A role in a network of its own (a container's): its listener is not in this
+    namespace's sock_diag, and ``listeners`` finds it through the role's ``/proc``."""
+    code = ("import socket, sys; s = socket.socket(); s.bind(('', 0)); s.listen(1); "
+            "print(s.getsockname()[1], flush=True); sys.stdin.read()")
+    try:
+        proc = subprocess.Popen(["unshare", "--net", sys.executable, "-c", code],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    except OSError:
+        pytest.skip("no unshare here")
+    try:
+        line = proc.stdout.readline()
+        if not line:
+            pytest.skip("unshare --net is not allowed here")
+        port = int(line)
+        assert not sockdiag.same_network(proc.pid)
+        assert not sockdiag.tcp_sockets(1 << sockdiag.TCP_LISTEN, port=port)
+        found = listeners.listeners(proc.pid, port)
+        assert [(s.ip, s.port) for s in found] == [("0.0.0.0", port)]
+    finally:
+        proc.stdin.close()
+        proc.wait(10)

@@ -1,4 +1,4 @@
-"""Who listens on a TCP port, from ``/proc`` (Linux): the scheduler's readiness.
+"""Who listens on a TCP port, asked of the kernel (Linux): the scheduler's readiness.
 
 That something accepts connections on the scheduler's ``ip:port`` says nothing about
 whose socket it is: another job's scheduler, or any program, may have bound the port
@@ -6,7 +6,8 @@ between the supervisor's free-port probe and the role's own bind. Members that j
 that address would join another job. So readiness is asked of the kernel instead:
 
 - the listening sockets on the port are read from the role's own network namespace
-  (``/proc/<pid>/net/tcp`` and ``tcp6`` of one of its processes: a container's network
+  (the kernel's sock_diag, ``sockdiag``, when that is the supervisor's; else
+  ``/proc/<pid>/net/tcp`` and ``tcp6`` of one of its processes: a container's network
   may not be the supervisor's), keeping those a connection to ``ip`` would reach (bound
   to ``ip`` itself, else to the wildcard address, as the kernel picks them);
 - such a socket is the role's when it is an open file of one of the role's processes
@@ -18,7 +19,8 @@ that address would join another job. So readiness is asked of the kernel instead
 
 The other direction, ``connected_to``: whether a server or worker has *reached* the
 scheduler, an established connection from one of its processes to the scheduler's
-address (ps-lite's van opens it when the role creates its kvstore, and keeps it). A
+address (ps-lite's van opens it when the role creates its kvstore, and keeps it), from
+``/proc`` (a sock_diag dump of established connections walks the same table: no gain). A
 role that fails before it ever had one failed at start-up (a typo in the script, a
 missing module): relaunching the job cannot help, and the restart policy says so.
 """
@@ -28,6 +30,8 @@ import ipaddress
 import os
 import sys
 from typing import Callable, Iterable, List, NamedTuple, Optional, Set, Tuple
+
+from . import sockdiag
 
 #: ``st`` of a listening socket in ``/proc/net/tcp``, of an established connection
 _LISTEN = "0A"
@@ -75,7 +79,15 @@ def parse_listeners(text: str) -> List[Listener]:
 
 
 def listeners(netns_pid: int, port: int) -> List[Listener]:
-    """The listening sockets on ``port`` in the network namespace of ``netns_pid``."""
+    """The listening sockets on ``port`` in the network namespace of ``netns_pid``: from
+    the kernel's sock_diag when that is this process's own namespace (``sockdiag``: no
+    walk of the connection table), else, or when sock_diag is refused, from ``/proc``."""
+    if sockdiag.same_network(netns_pid):
+        try:
+            return [Listener(sock.local_ip, sock.local_port, sock.inode)
+                    for sock in sockdiag.tcp_sockets(1 << sockdiag.TCP_LISTEN, port=port)]
+        except sockdiag.SockDiagUnavailable:
+            pass
     found: List[Listener] = []
     for text in _tables(netns_pid):
         found.extend(sock for sock in parse_listeners(text) if sock.port == port)

@@ -96,7 +96,7 @@ MEMBER_POLL_CAP_S = 0.5
 #: small reads a second a member, for that long, is what it costs
 HELD_POLL_CAP_S = 0.1
 #: how often the scheduler's runner asks who listens on its port, until its role does
-#: (one read of the role's /proc/PID/net/tcp a look)
+#: (one sock_diag dump of listening sockets a look: ``listeners``)
 LISTEN_CHECK_S = 0.05
 #: how long the scheduler's runner waits for a SIGKILLed attempt's role at most
 RESTART_WAIT_S = 5.0
