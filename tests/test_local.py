@@ -167,6 +167,26 @@ def test_startup_deadline_names_tasks_that_never_started(cli, tmp_path):
     assert_no_processes(job)
 
 
+def test_a_scheduler_that_never_listens_yields_to_the_tasks_that_never_started(cli, tmp_path):
+    """The startup deadline finds both: a scheduler that has not listened (``sleep``) and
+    a worker that never got a slot. Whichever agent meets the deadline first, the reason
+    is the tasks that never started, with the scheduler's own failure after it."""
+    role = json.dumps([sys.executable, str(FAKEROLE)])
+    spec = tmp_path / "silent.yaml"
+    spec.write_text(f"name: silent\ncommand: [sleep, '600']\n"
+                    f"roles:\n  server: {{count: 1, command: {role}}}\n"
+                    f"  worker: {{count: 1, command: {role}}}\n"
+                    "rendezvous: {startup_timeout: 3s, grace: 1s}\n"
+                    "backends: {local: {slots: 2}}\n")
+    result = cli.run("submit", "--wait", str(spec))
+    assert result.returncode == 1, result.stderr
+    assert re.search(r"startup deadline \(3s\) passed and this task never started: "
+                     r"worker\[0\]; (scheduler\[0\] did not listen on \S+ before the startup "
+                     r"deadline|server\[0\]: the scheduler was not listening before the "
+                     r"startup deadline) \(3s\)", result.stderr), result.stderr
+    assert_no_processes(result.stdout.split()[0])
+
+
 def test_killed_supervisor_is_detected(cli, tmp_path):
     spec = fake_spec(tmp_path, extra="env: {FAKE_SLEEP: '600'}\n")
     job = cli.submit(spec)

@@ -58,7 +58,7 @@ from .rendezvous import Rendezvous, TaskKey
 from .roles import Role
 from .states import AbortKind, AbortRecord, EndReason, TaskRecord, TaskState
 from .taskrunner import AttemptEnds, Phase, TaskFailed, TaskRunner
-from .watch import DigestFollower, JobWatch
+from .watch import DigestFollower, JobWatch, missing_at_deadline, startup_abort
 
 POLL_S = 0.05
 PROGRESS_S = 1.0
@@ -218,7 +218,9 @@ class Agent:
             published = runner.publication
             try:
                 runner.step(wall, mono, self.workers_done_seen)
-            except (TaskFailed, AttemptEnds) as ended:
+            except TaskFailed as failed:
+                self._abort(self._failure_abort(failed, wall))
+            except AttemptEnds as ended:
                 self._abort(ended.abort)
             self._register(runner)
             if runner.publication is not published:  # members here need not poll
@@ -289,6 +291,21 @@ class Agent:
             return AbortRecord(kind=AbortKind.FAILED, by=self.by, end=EndReason.PREEMPTED,
                                role=task.role, rank=task.rank, reason=reason)
         return None
+
+    def _failure_abort(self, failed: TaskFailed, wall: float) -> AbortRecord:
+        """The abort for ``failed``. A task that failed because the startup deadline
+        passed while it waited yields to the tasks that never started by then (a starved
+        queue: the watcher's ``startup_abort``, which may run in the same turn), its own
+        failure added to the reason: every agent that meets the deadline first says the
+        same. Reads every task's record once."""
+        if not failed.deadline:
+            return failed.abort
+        missing = missing_at_deadline(self.plan, self._all_records(own_only=False), wall)
+        if not missing:
+            return failed.abort
+        abort = startup_abort(self.plan, missing, by=self.by)
+        abort.reason = "%s; %s" % (abort.reason, failed.abort.reason)
+        return abort
 
     def _abort(self, abort: AbortRecord) -> None:
         """Make ``abort`` the job's abort (unless another was first) and stop everything."""

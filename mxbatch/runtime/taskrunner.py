@@ -113,11 +113,15 @@ class Phase(enum.Enum):
 
 
 class TaskFailed(Exception):
-    """The task failed; ``abort`` is the record the job's abort should be."""
+    """The task failed; ``abort`` is the record the job's abort should be.
+    ``deadline``: it failed because the startup deadline passed while it waited (the
+    scheduler for its listen, a member for the scheduler): tasks that never started by
+    then are the job's cause, if there are any (``Agent._failure_abort``)."""
 
-    def __init__(self, abort: AbortRecord) -> None:
+    def __init__(self, abort: AbortRecord, deadline: bool = False) -> None:
         super().__init__(abort.reason)
         self.abort = abort
+        self.deadline = deadline
 
 
 class AttemptEnds(Exception):
@@ -333,8 +337,9 @@ class TaskRunner:
         self.dirty = True
 
     def fail(self, reason: str, wall: float, mono: float, exit_code: Optional[int] = None,
-             signal_: Optional[str] = None) -> TaskFailed:
-        """Record this task's failure, stop its role, and return what to raise."""
+             signal_: Optional[str] = None, deadline: bool = False) -> TaskFailed:
+        """Record this task's failure, stop its role, and return what to raise
+        (``deadline``: see ``TaskFailed``)."""
         if exit_code is not None:
             self.record.exit_code, self.record.signal = exit_code, signal_
         startup = self.record.reached_at is None
@@ -343,7 +348,7 @@ class TaskRunner:
                                       role=self.task.role, rank=self.task.rank,
                                       log=self.log_path, by=self.label, exit_code=exit_code,
                                       signal=signal_, end=EndReason.FAILURE,
-                                      startup=startup))
+                                      startup=startup), deadline)
 
     # ------------------------------------------------------------------ starting
     def start(self, wall: float, mono: float) -> None:
@@ -490,7 +495,7 @@ class TaskRunner:
         if wall > self.plan.startup_deadline:
             raise self.fail("%s: the scheduler was not listening before the startup "
                             "deadline (%gs)" % (self.label, self.plan.startup_timeout_s),
-                            wall, mono)
+                            wall, mono, deadline=True)
 
     def _mind_gate(self, wall: float, mono: float) -> None:
         """A held member: open its gate once the scheduler it started with listens (or
@@ -678,7 +683,7 @@ class TaskRunner:
         if wall > self.plan.startup_deadline:
             raise self.fail("scheduler[0] did not listen on %s before the startup deadline "
                             "(%gs)" % (published.address, self.plan.startup_timeout_s),
-                            wall, mono)
+                            wall, mono, deadline=True)
 
     def _port_state(self, published: SchedulerRecord) -> Optional[listeners.PortState]:
         """Who listens on the published port, in the role's network namespace; None
