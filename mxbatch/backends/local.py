@@ -150,7 +150,8 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
             agent = Agent(attempt_plan(plan, ctx.started_at, ctx.index), list(plan.tasks),
                           rdv, slots=self.options.slots, signals_cancel=True,
                           on_tick=on_tick, attempt=ctx.index,
-                          restart_reason=ctx.reason_name, reap_job=True)
+                          restart_reason=ctx.reason_name, reap_job=True,
+                          pending_signal=loop.pending_signal)
             agent.run()
             if agent.signal_received and not received:
                 received.append(agent.signal_received)

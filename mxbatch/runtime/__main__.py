@@ -153,14 +153,16 @@ def _run_all(plan: RunPlan, tasks: List[TaskInfo], args: argparse.Namespace,
         rdv = FileRendezvous(plan.run_dir, ctx.index)
         agent = Agent(attempt_plan(plan, ctx.started_at, ctx.index), tasks, rdv,
                       slots=args.slots, environ=environ, signals_cancel=args.cancel_on_signal,
-                      attempt=ctx.index, restart_reason=ctx.reason_name, reap_job=True)
+                      attempt=ctx.index, restart_reason=ctx.reason_name, reap_job=True,
+                      pending_signal=loop.pending_signal)
         code = agent.run()
         rdv.close(code)
         if agent.storage_error is not None:
             raise agent.storage_error  # the loop ends the job: nothing more can be kept
         return file_attempt_end(plan, rdv)
 
-    outcome = AttemptLoop(plan, run_attempt).run().outcome
+    loop = AttemptLoop(plan, run_attempt)
+    outcome = loop.run().outcome
     return 0 if outcome is EndReason.SUCCEEDED else 1
 
 

@@ -107,7 +107,9 @@ class Agent:
     killed; ``devices``: each task's own ``CUDA_VISIBLE_DEVICES`` (by task index), over
     the inherited one (``environ.device_shares``); ``reruns``: a batch system may
     start this agent's task again in the same attempt (a batch array task, a YARN
-    container, an MPI rank: ``runtime.pyz run``), which ``_rerun_abort`` looks for.
+    container, an MPI rank: ``runtime.pyz run``), which ``_rerun_abort`` looks for;
+    ``pending_signal()``: a signal that came before this agent's handlers were in place
+    (the attempt loop's ``pending_signal``), acted on once they are.
     For attempt k >= 1, ``plan.created_at`` must be the attempt's start (its start-up
     deadline counts from there: ``jobloop.attempt_plan``)."""
 
@@ -116,7 +118,8 @@ class Agent:
                  signals_cancel: bool = False, signals_from_launcher: bool = False,
                  on_tick: Optional[Callable[[], None]] = None, attempt: int = 0,
                  restart_reason: Optional[str] = None, reap_job: bool = False,
-                 devices: Optional[Mapping[int, str]] = None, reruns: bool = False) -> None:
+                 devices: Optional[Mapping[int, str]] = None, reruns: bool = False,
+                 pending_signal: Optional[Callable[[], Optional[int]]] = None) -> None:
         self.plan = plan
         self.rdv = rendezvous
         self.on_tick = on_tick
@@ -151,6 +154,7 @@ class Agent:
         self.storage_error: Optional[RunDirUnwritable] = None
         self.reap_job = reap_job
         self.reruns = reruns
+        self.pending_signal = pending_signal
         self._selector = selectors.DefaultSelector()
         self._wakeup: Optional[int] = None
         self._next = {"beat": 0.0, "abort": 0.0, "watch": 0.0, "progress": 0.0}
@@ -158,6 +162,8 @@ class Agent:
     # ------------------------------------------------------------------ entry point
     def run(self) -> int:
         previous = self._install_signals()
+        if self.pending_signal is not None:
+            self._signalled = self._signalled or self.pending_signal()
         try:
             return self._run()
         except BaseException as exc:  # the agent itself broke: take the job down with it

@@ -270,6 +270,16 @@ class AttemptLoop:
     def _on_signal(self, signum: int, _frame: object) -> None:
         self._signalled = signal.Signals(signum).name
 
+    def pending_signal(self) -> Optional[int]:
+        """The signal this loop's handler took while no attempt's supervisor handled
+        signals (the moment between the loop's handlers and the attempt's own, which a
+        Ctrl-C at once can hit), taken over: the attempt's supervisor, once its own
+        handlers are in place, acts on it as if it had received it. None if none."""
+        if self._signalled is None or self.signal_received is not None:
+            return None
+        name, self._signalled = self._signalled, None
+        return signal.Signals[name].value
+
     def _take_signal(self) -> None:
         if self._signalled is not None and self.signal_received is None:
             self.signal_received = self._signalled

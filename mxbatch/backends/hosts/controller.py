@@ -169,10 +169,15 @@ class Controller(abc.ABC):
         return self._signalled is not None or self.signal_received is not None
 
     # ------------------------------------------------------------------ the loop
-    def run(self, on_tick: Optional[Callable[[], None]] = None) -> Optional[str]:
+    def run(self, on_tick: Optional[Callable[[], None]] = None,
+            pending_signal: Optional[Callable[[], Optional[int]]] = None) -> Optional[str]:
         """Start the roles and supervise until every host has ended; the name of the
-        signal that cancelled the job, if one did."""
+        signal that cancelled the job, if one did. ``pending_signal()``: one that came
+        before this controller's handlers were in place (the attempt loop's), acted on
+        as if received."""
         self.take_signals()
+        if pending_signal is not None:
+            self._signalled = self._signalled or pending_signal()
         try:
             try:
                 self._handle_signal()  # one that came while the hosts were prepared
@@ -518,7 +523,7 @@ def run_attempts(backend_cls: Any, first: Controller, config: Dict[str, Any],
                 controller.abandon()
                 controller.release_signals()
                 return controller.prepare_failed(exc)
-        received = controller.run(on_tick)
+        received = controller.run(on_tick, loop.pending_signal)
         if received and not controller.preempted and not cancelled_by:
             cancelled_by.append(received)
         if controller.storage_error is not None:
