@@ -98,9 +98,8 @@ with open(os.path.join(path, "runtime.pyz"), "wb") as out:
     out.write(read(size))
 pyz = os.path.join(path, "runtime.pyz")
 sys.argv = [pyz, "remote", path]
-sys.path.insert(0, pyz)
-from mxbatch_runtime.__main__ import main
-sys.exit(main())
+import runpy
+runpy.run_path(pyz, run_name="__main__")
 """.strip().replace("@JOB_ID@", JOB_ID).replace("@TOKEN_BYTES@", str(TOKEN_BYTES))
 
 #: variables of the submitter's environment that describe its own session, not a job:

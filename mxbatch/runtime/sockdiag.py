@@ -27,8 +27,8 @@ NLM_F_REQUEST = 0x1
 NLM_F_DUMP = 0x300
 NLMSG_ERROR = 2
 NLMSG_DONE = 3
-#: TCP states (``include/net/tcp_states.h``), as bits of ``idiag_states``
-TCP_ESTABLISHED = 1
+#: the TCP state of a listening socket (``include/net/tcp_states.h``), as a bit of
+#: ``idiag_states``
 TCP_LISTEN = 10
 #: how long one dump may take at most (the kernel answers at once; a bound all the same)
 TIMEOUT_S = 2.0
@@ -99,11 +99,10 @@ def _parse(data: bytes) -> Iterator[Optional[TcpSocket]]:
         offset += (length + 3) & ~3
 
 
-def tcp_sockets(states: int, port: Optional[int] = None,
-                remote_port: Optional[int] = None) -> List[TcpSocket]:
+def tcp_sockets(states: int, port: Optional[int] = None) -> List[TcpSocket]:
     """The TCP sockets (IPv4 and IPv6) of this process's network namespace in one of
-    ``states`` (a bit mask: ``1 << TCP_LISTEN``), bound to ``port`` / connected to
-    ``remote_port`` when given. ``SockDiagUnavailable`` when the kernel refuses."""
+    ``states`` (a bit mask: ``1 << TCP_LISTEN``), bound to ``port`` when given.
+    ``SockDiagUnavailable`` when the kernel refuses."""
     found: List[TcpSocket] = []
     try:
         sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
@@ -119,9 +118,7 @@ def tcp_sockets(states: int, port: Optional[int] = None,
                     for found_socket in _parse(sock.recv(65536)):
                         if found_socket is None:
                             done = True
-                        elif ((port is None or found_socket.local_port == port)
-                              and (remote_port is None
-                                   or found_socket.remote_port == remote_port)):
+                        elif port is None or found_socket.local_port == port:
                             found.append(found_socket)
         except SockDiagUnavailable:
             raise
