@@ -1,6 +1,7 @@
 """The runtime is standard-library only; the CLI imports no heavy dependency."""
 
 import ast
+import os
 import subprocess
 import sys
 import zipfile
@@ -40,6 +41,28 @@ def test_runtime_zipapp_runs_with_a_bare_python(tmp_path):
     assert result.returncode == 0 and "agent" in result.stdout
     again = bundle.write_runtime(tmp_path / "again.pyz")
     assert again.read_bytes() == target.read_bytes()  # deterministic
+
+
+def test_runtime_zipapp_is_built_once_per_content(tmp_path):
+    """The archive comes from the cache the second time, byte for byte the one built;
+    other contents' archives beyond CACHED_ARCHIVES go; an unusable cache only costs the
+    build."""
+    cache = tmp_path / "cache"
+    first = bundle.write_runtime(tmp_path / "first.pyz", cache).read_bytes()
+    (cached,) = cache.glob("runtime-*.pyz")
+    assert cached.read_bytes() == first
+    os.utime(cached, (1, 1))
+    assert bundle.write_runtime(tmp_path / "second.pyz", cache).read_bytes() == first
+    assert cached.stat().st_mtime > 1  # its use is recorded
+
+    for n in range(bundle.CACHED_ARCHIVES + 2):
+        bundle.cached_archive({"__main__.py": b"# other %d\n" % n}, cache)
+    kept = {p.name for p in cache.glob("runtime-*.pyz")}
+    assert len(kept) == bundle.CACHED_ARCHIVES + 1 and cached.name not in kept
+
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    assert bundle.write_runtime(tmp_path / "third.pyz", blocked).read_bytes() == first
 
 
 def test_runtime_zipapp_carries_the_installed_bytecode(tmp_path):
