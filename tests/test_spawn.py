@@ -174,3 +174,21 @@ def test_a_setpriv_that_cannot_run_gives_way_to_the_python_wrapper(tmp_path, mon
     assert code == 0, text
     assert json.loads(text)["deathsig"] == signal.SIGKILL
     assert spawn._setpriv_found["path"] is None  # and the next roles go straight there
+
+
+def test_a_controllers_program_gets_its_death_signal_and_pipes(wrapper, tmp_path, monkeypatch):
+    """``start_dying_with_parent`` (the ssh sessions, rsyncs and mpirun of the host
+    controllers): Popen's arguments as given, the inherited environment by default, the
+    death signal set, and the OSError of a program that is not there."""
+    monkeypatch.setenv("SPAWN_MARKER", "inherited")
+    proc = spawn.start_dying_with_parent([sys.executable, "-c", REPORT], signal.SIGKILL,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         cwd=str(tmp_path), start_new_session=True)
+    out, _ = proc.communicate(timeout=60)
+    seen = json.loads(out)
+    assert proc.returncode == 0
+    assert seen["deathsig"] == signal.SIGKILL and seen["argv0"] == sys.executable
+    assert seen["marker"] == "inherited" and seen["cwd"] == str(tmp_path)
+    assert seen["stdin"].startswith("pipe:")
+    with pytest.raises(FileNotFoundError):
+        spawn.start_dying_with_parent(["no-such-program-on-path"], stdout=subprocess.DEVNULL)

@@ -31,7 +31,7 @@ import resource
 import signal
 import subprocess
 import sys
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 #: the exit status of a wrapper whose exec of the role failed (as a shell's)
 EXEC_FAILED = 127
@@ -55,19 +55,6 @@ DEATHSIG_WRAPPER = (
     "                 % (sys.argv[3], exc.strerror)).encode('utf-8', 'replace'))\n"
     "    os._exit(" + str(EXEC_FAILED) + ")\n"
 )
-
-
-def die_with_parent(signum: int = signal.SIGKILL) -> None:
-    """Set the calling process's death signal (``PR_SET_PDEATHSIG``): for a
-    ``preexec_fn``, in a child between fork and exec (``subprocess`` then forks, see the
-    module docstring), which the signal then ends when its parent dies. Best effort:
-    nothing happens where there is no Linux libc to call."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signum))
-    except Exception:  # not Linux, or no libc
-        pass
 
 
 #: where ``setpriv`` is looked for (before the supervisor's PATH)
@@ -130,6 +117,27 @@ def check_executable(program: str, env: Mapping[str, str], cwd: str) -> None:
     raise FileNotFoundError(2, os.strerror(2), program)
 
 
+def start_dying_with_parent(argv: Sequence[str], deathsig: int = signal.SIGKILL,
+                            **popen_args: Any) -> subprocess.Popen:
+    """``subprocess.Popen(argv, **popen_args)`` whose child dies by ``deathsig`` with this
+    process, started without copying this process (no ``preexec_fn``: the exec wrapper of
+    the module docstring sets the signal, and Popen can ``vfork``; a ``preexec_fn`` that
+    sets it costs a fork and a ``ctypes`` import in the child, 4 ms each on the test VM).
+    ``argv[0]`` is looked up first (``check_executable``, in ``popen_args``' ``env`` and
+    ``cwd``), so a missing program is the ``OSError`` Popen's child would raise."""
+    env = popen_args.get("env")
+    check_executable(argv[0], os.environ if env is None else env,
+                     popen_args.get("cwd") or os.getcwd())
+    try:
+        return subprocess.Popen(deathsig_command(argv, deathsig, _working_setpriv()),
+                                **popen_args)
+    except OSError:
+        if _setpriv_found.get("path") is None:
+            raise
+        _setpriv_found["path"] = None  # setpriv cannot run here: the Python wrapper
+        return subprocess.Popen(deathsig_command(argv, deathsig), **popen_args)
+
+
 def spawn_role(argv: Sequence[str], *, cwd: str, env: Dict[str, str], output_fd: int,
                core_dumps: bool, deathsig: int,
                pass_fds: Sequence[int] = ()) -> subprocess.Popen:
@@ -141,8 +149,6 @@ def spawn_role(argv: Sequence[str], *, cwd: str, env: Dict[str, str], output_fd:
     is left running then)."""
     if not os.path.isdir(cwd):
         raise FileNotFoundError(2, os.strerror(2), cwd)
-    check_executable(argv[0], env, cwd)
-    command = deathsig_command(argv, deathsig, _working_setpriv())
     limit = None
     if not core_dumps:
         try:
@@ -151,18 +157,10 @@ def spawn_role(argv: Sequence[str], *, cwd: str, env: Dict[str, str], output_fd:
         except (OSError, ValueError):
             limit = None
     try:
-        try:
-            proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=output_fd, stderr=output_fd,
-                                    start_new_session=True, pass_fds=tuple(pass_fds))
-        except OSError:
-            if command[0] != _setpriv_found.get("path"):
-                raise
-            _setpriv_found["path"] = None  # setpriv cannot run here: the Python wrapper
-            proc = subprocess.Popen(deathsig_command(argv, deathsig), cwd=cwd, env=env,
-                                    stdin=subprocess.DEVNULL, stdout=output_fd,
-                                    stderr=output_fd, start_new_session=True,
-                                    pass_fds=tuple(pass_fds))
+        proc = start_dying_with_parent(argv, deathsig, cwd=cwd, env=env,
+                                       stdin=subprocess.DEVNULL, stdout=output_fd,
+                                       stderr=output_fd, start_new_session=True,
+                                       pass_fds=tuple(pass_fds))
     finally:
         if limit is not None:
             resource.setrlimit(resource.RLIMIT_CORE, limit)

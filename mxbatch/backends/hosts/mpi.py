@@ -61,7 +61,7 @@ from ...runtime import logfile, wire
 from ...runtime.jobloop import AttemptContext
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan
-from ...runtime.spawn import die_with_parent
+from ...runtime.spawn import start_dying_with_parent
 from ...runtime.states import AbortKind, AbortRecord, EndReason, SchedulerRecord, TaskRecord
 from ...spec.plan import JobPlan
 from ...spec.typed import Seconds, from_data, option, to_data
@@ -447,12 +447,11 @@ class MpiController(Controller):
         self._place()
         os.makedirs(self.layout.logs_dir, mode=0o700, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
+            self.proc = start_dying_with_parent(
                 attempt_argv(self.setup, self.attempt, self.hostfile),
                 stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-                env={**os.environ, wire.JOB_ID: self.plan.job_id},
-                preexec_fn=die_with_parent)
+                env={**os.environ, wire.JOB_ID: self.plan.job_id})
         deadline = time.monotonic() + self.setup.start_timeout_s
         while not self.interrupted:  # a Ctrl-C meanwhile: ``run`` cancels the job
             missing = self._not_started()

@@ -60,7 +60,7 @@ from ...runtime.planfile import RunPlan
 from ...runtime.remote import TOKEN_BYTES, VERSION_EXIT, zipapp_header
 from ...runtime.rendezvous import TaskKey
 from ...runtime.roles import Role
-from ...runtime.spawn import die_with_parent
+from ...runtime.spawn import start_dying_with_parent
 from ...runtime.states import AbortKind, AbortRecord, EndReason
 from ...runtime.wire import TYPE_KEY, MessageType
 from ...spec.typed import from_data
@@ -178,10 +178,9 @@ class Sync:
         self.timeout_s = timeout_s
         self.deadline = time.monotonic() + timeout_s
         self.out = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(list(plan.rsync), stdin=subprocess.DEVNULL,
-                                     stdout=self.out, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True, close_fds=True,
-                                     preexec_fn=die_with_parent)
+        self.proc = start_dying_with_parent(list(plan.rsync), stdin=subprocess.DEVNULL,
+                                            stdout=self.out, stderr=subprocess.STDOUT,
+                                            env=env, start_new_session=True, close_fds=True)
 
     def poll(self) -> Optional[str]:
         """None while it runs; then "" (done) or what went wrong."""
@@ -218,11 +217,10 @@ class HostLink:
         self.plan = plan
         self.host = plan.host
         remote = plan.remote if back is None else f"{plan.remote} {back[0]} {back[1]}"
-        self.proc = subprocess.Popen(
+        self.proc = start_dying_with_parent(
             [*plan.ssh, remote], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE if back is None else subprocess.DEVNULL,
-            stderr=subprocess.PIPE, env=env, start_new_session=True, close_fds=True,
-            preexec_fn=die_with_parent)
+            stderr=subprocess.PIPE, env=env, start_new_session=True, close_fds=True)
         assert self.proc.stdin and self.proc.stderr
         self.sock: Optional[socket.socket] = None
         self.channel: Optional[Channel] = None
