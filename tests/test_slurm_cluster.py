@@ -5,6 +5,7 @@ and a controller that cannot be reached or is not configured."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -97,3 +98,23 @@ def test_a_dead_controller_is_backend_unavailable_at_submit_and_status(slurm, tm
     assert slurm.run("cancel", job).returncode == 0
     assert not slurm_queued(slurm, job)
     assert_no_processes(job)
+
+
+def test_one_roles_rejected_array_takes_the_others_submitted_with_it(slurm, tmp_path):
+    """The roles' arrays are submitted at once: the workers' asks for more memory than any
+    node has (Slurm refuses it at once), the scheduler's and the server's were queued
+    meanwhile, and the submission still ends with nothing queued and no run directory."""
+    spec = fake_spec(tmp_path, "slurm", "het: false", name="slurm-one-rejected")
+    data = json.loads(spec.read_text())
+    data["roles"]["worker"]["resources"]["memory"] = "100G"  # the nodes have 4096 MB
+    spec.write_text(json.dumps(data))
+    result = slurm.run("submit", "--backend", "slurm", str(spec))
+    assert result.returncode == 2, result.stderr
+    assert "Slurm rejected the job" in result.stderr and "Traceback" not in result.stderr
+    states = {re.search(r" JobName=\S+-(\w+) ", line).group(1):
+              re.search(r" JobState=(\S+)", line).group(1)
+              for line in slurm_jobs(slurm, "slurm-one-rejected")}
+    assert states["scheduler"] == states["server"] == "CANCELLED", states
+    assert states.get("worker") in (None, "FAILED"), states  # a record of the refusal
+    assert not slurm_queued(slurm, "slurm-one-rejected")
+    assert slurm.run_dirs() == []

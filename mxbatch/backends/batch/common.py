@@ -346,13 +346,28 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
                 for g, i in zip(role_groups(request.plan.run), ids)}
 
     def submit_scripts(self, request: BatchRequest, rollback: Rollback) -> Dict[str, str]:
-        """Submit the request's job scripts in order; their job ids by script name."""
+        """Submit the request's job scripts, all at once (one submit command's time, not
+        one per script: 90 ms each on the SGE test cell, where the last role's tasks
+        queued 0.2 s after the first's); their job ids by script name. All or nothing:
+        every job submitted is pushed onto ``rollback`` before the first failure (in the
+        scripts' order) is raised."""
+        names, commands = list(request.submit_commands), list(request.submit_commands.values())
+        results = shell.run_together(commands, env=self.command_env())
         ids: Dict[str, str] = {}
-        for name, argv in request.submit_commands.items():
-            job_id = self.submit_script(argv)
+        failure: Optional[MxbatchError] = None
+        for name, argv, result in zip(names, commands, results):
+            try:
+                if isinstance(result, CommandError):
+                    raise self.translate(result, submitting=True)
+                job_id = parse_job_id(self.job_id_pattern, result.stdout, argv)
+            except MxbatchError as exc:
+                failure = failure or exc
+                continue
             rollback.push(f"{self.scheduler} job {job_id}",
                           lambda job_id=job_id: self.delete_ids([job_id], force=True))
             ids[name] = job_id
+        if failure is not None:
+            raise failure
         return ids
 
     @abc.abstractmethod
