@@ -15,8 +15,10 @@ with ``squeue`` every 0.1 s). It also runs MXNet's own ``launch.py --launcher sg
 and prints what it does.
 
 Needs the clusters up (ci/clusters/sge-up.sh, slurm-up.sh) and their env files.
+``--baseline DIR`` adds each way of submitting with the mxbatch of another checkout (DIR
+first on PYTHONPATH; compile its bytecode first), the runs interleaved with the others.
 
-    .venv/bin/python bench/batch_startup.py [--repeat 3] [--only sge|slurm]
+    .venv/bin/python bench/batch_startup.py [--repeat 3] [--only sge|slurm] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", choices=["sge", "slurm"], default=None)
+    parser.add_argument("--baseline", metavar="DIR", default=None,
+                        help="also run the mxbatch of this checkout (see the docstring)")
     args = parser.parse_args()
     compile_mxbatch()
     home = tempfile.mkdtemp(prefix="mxbatch-bench-")
@@ -98,14 +102,22 @@ def main() -> None:
         env = dict(cluster_env("slurm"), MXBATCH_HOME=home)
         variants += [("slurm arrays", env, "slurm", "het: false"),
                      ("slurm het", env, "slurm", "het: true")]
+    if args.baseline:
+        base = str(Path(args.baseline).resolve())
+        variants = [twin for label, env, backend, options in variants
+                    for twin in ((f"{label} (baseline)", dict(env, PYTHONPATH=base), backend,
+                                  options), (label, env, backend, options))]
+    runs: Dict[str, List[dict]] = {label: [] for label, *_ in variants}
+    for _ in range(args.repeat):  # interleaved: the same machine state for all
+        for label, env, backend, options in variants:
+            runs[label].append(timed_submit(env, backend, spec(tmp, backend, options)))
     rows = [("", "submit->all running", "submit->first step", "wall", "exit codes")]
     stage_rows = [("", *STAGES.values())]
-    for label, env, backend, options in variants:
-        runs = [timed_submit(env, backend, spec(tmp, backend, options)) for _ in range(args.repeat)]
-        rows.append((label, fmt([r["all_running"] for r in runs]),
-                     fmt([r["first_step"] for r in runs]), fmt([r["wall"] for r in runs]),
-                     " ".join(str(r["rc"]) for r in runs)))
-        stage_rows.append((label, *(fmt([r["stages"].get(key) for r in runs])
+    for label, done in runs.items():
+        rows.append((label, fmt([r["all_running"] for r in done]),
+                     fmt([r["first_step"] for r in done]), fmt([r["wall"] for r in done]),
+                     " ".join(str(r["rc"]) for r in done)))
+        stage_rows.append((label, *(fmt([r["stages"].get(key) for r in done])
                                     for key in STAGES)))
     if args.only in (None, "sge"):
         env = cluster_env("sge")
