@@ -7,16 +7,30 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+#: how long a remount read-only is tried again while a write holds the mount busy
+BUSY_RETRY_S = 10.0
 
-def _mount(*args: str) -> None:
-    result = subprocess.run(["mount", *args], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount here (mount {' '.join(args)}): {result.stderr.strip()}")
+
+def _mount(*args: str, retry_busy: bool = False) -> None:
+    """``mount ARGS``, or skip the test where mounting is not allowed. ``retry_busy``: a
+    remount read-only fails with EBUSY while a file is being written through the mount
+    (a supervisor's record, written every second): try again, at once, until it goes
+    through between two writes (``BUSY_RETRY_S`` at most)."""
+    deadline = time.monotonic() + BUSY_RETRY_S
+    while True:
+        result = subprocess.run(["mount", *args], capture_output=True, text=True,
+                                check=False)
+        if result.returncode == 0:
+            return
+        if not (retry_busy and "busy" in result.stderr and time.monotonic() < deadline):
+            pytest.skip(f"cannot mount here (mount {' '.join(args)}): "
+                        f"{result.stderr.strip()}")
 
 
 def _umount(path: Path) -> None:
@@ -50,7 +64,7 @@ def read_only(path: Path) -> Iterator[Path]:
     require_root()
     _mount("--bind", str(path), str(path))
     try:
-        _mount("-o", "remount,bind,ro", str(path))
+        _mount("-o", "remount,bind,ro", str(path), retry_busy=True)
         yield path
     finally:
         _umount(path)
