@@ -25,10 +25,9 @@ def run(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S, check: bool 
                                 errors=osbytes.ERRORS, timeout=timeout,
                                 env=dict(env) if env is not None else None, cwd=cwd)
     except subprocess.TimeoutExpired as exc:
-        raise CommandError(argv, None, _text(exc.stdout), _text(exc.stderr),
-                           note=f"no answer within {timeout:g}s") from None
+        raise _timed_out(argv, exc.stdout, exc.stderr, timeout) from None
     except OSError as exc:
-        raise CommandError(argv, None, "", str(exc), note="could not be started") from None
+        raise _not_started(argv, exc) from None
     if check and result.returncode != 0:
         raise CommandError(argv, result.returncode, result.stdout, result.stderr)
     return result
@@ -50,7 +49,7 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float = DEFAULT_
                 stderr=subprocess.PIPE, text=True, errors=osbytes.ERRORS,
                 env=dict(env) if env is not None else None))
         except OSError as exc:
-            started.append(CommandError(argv, None, "", str(exc), note="could not be started"))
+            started.append(_not_started(argv, exc))
     results: List[Union[subprocess.CompletedProcess, CommandError]] = []
     for argv, proc in zip(commands, started):
         if isinstance(proc, CommandError):
@@ -60,15 +59,22 @@ def run_together(commands: Sequence[Sequence[str]], *, timeout: float = DEFAULT_
             out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
-            out, err = proc.communicate()
-            results.append(CommandError(argv, None, _text(out), _text(err),
-                                        note=f"no answer within {timeout:g}s"))
+            results.append(_timed_out(argv, *proc.communicate(), timeout))
             continue
         if proc.returncode != 0:
             results.append(CommandError(argv, proc.returncode, out, err))
         else:
             results.append(subprocess.CompletedProcess(list(argv), 0, out, err))
     return results
+
+
+def _not_started(argv: Sequence[str], exc: OSError) -> CommandError:
+    return CommandError(argv, None, "", str(exc), note="could not be started")
+
+
+def _timed_out(argv: Sequence[str], out, err, timeout: float) -> CommandError:
+    return CommandError(argv, None, _text(out), _text(err),
+                        note=f"no answer within {timeout:g}s")
 
 
 def _text(value) -> str:
