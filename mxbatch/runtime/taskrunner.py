@@ -19,7 +19,9 @@ Contract of a role process:
 - the scheduler's runner picks a free port, starts the role and publishes its
   ``SchedulerRecord`` (``listening`` false), then again with ``listening`` once the
   listening socket on that port is the role's own (``listeners``: the kernel's word,
-  not a connect, which another program on the port would accept too). Members start
+  not a connect, which another program on the port would accept too), looked for every
+  ``LISTEN_CHECK_S``, and every ``LISTEN_CHECK_FAST_S`` once the role's hook has
+  reported ``connecting`` (ps-lite starts; its bind follows). Members start
   their roles on the first record, held at their start gate (``gate``: the role's hook
   holds its Python before ps-lite), and open the gate only once the scheduler listens,
   so they never join whatever else holds the address (or once the scheduler's role
@@ -98,6 +100,13 @@ HELD_POLL_CAP_S = 0.1
 #: how often the scheduler's runner asks who listens on its port, until its role does
 #: (one sock_diag dump of listening sockets a look: ``listeners``)
 LISTEN_CHECK_S = 0.05
+#: how often it asks once the role's hook has said that ps-lite starts (``connecting``:
+#: the bind follows within milliseconds), and for how long at most: a look costs a
+#: sock_diag dump of listening sockets and a listing of the role's descriptors (well
+#: under a millisecond), and every 50 ms look it misses the bind by is start-up time for
+#: every member
+LISTEN_CHECK_FAST_S = 0.003
+LISTEN_FAST_FOR_S = 2.0
 #: how long the scheduler's runner waits for a SIGKILLed attempt's role at most
 RESTART_WAIT_S = 5.0
 
@@ -194,6 +203,8 @@ class TaskRunner:
         self._ports: Optional[Iterator[int]] = None
         self._published: Optional[SchedulerRecord] = None
         self._next_listen_check = 0.0
+        #: until when (monotonic) the listen is looked for every LISTEN_CHECK_FAST_S
+        self._listen_fast_until = 0.0
         #: why earlier attempts' ports were lost (for the error when none is left)
         self._lost_ports: List[str] = []
         # members
@@ -248,6 +259,15 @@ class TaskRunner:
         cannot inherit the gate, so its members start once the scheduler listens."""
         return self.plan.member_start is MemberStart.EARLY and self.container is None
 
+    def step_due_in(self, mono: float) -> Optional[float]:
+        """Seconds until this runner needs a step sooner than the agent's loop would
+        give it (the scheduler's listen, looked for often once ps-lite starts); None when
+        the loop's own pace will do."""
+        if (self._published is None or self._published.listening
+                or mono >= self._listen_fast_until):
+            return None
+        return max(0.0, self._next_listen_check - mono)
+
     def look_for_scheduler_now(self) -> None:
         """A waiting (or held) member looks for the scheduler's record at its next step,
         not at the end of its backoff: the scheduler's runner, in the same agent, has just
@@ -280,6 +300,11 @@ class TaskRunner:
     def _on_report(self, report: HookReport, mono: float) -> None:
         """The role's hook said something: its environment (a new Python program of the
         role started: its code runs again), or that its code has finished."""
+        if report.event is wire.HookEvent.CONNECTING:
+            if self.task.role is Role.SCHEDULER:  # it binds next: look at once, and often
+                self._listen_fast_until = mono + LISTEN_FAST_FOR_S
+                self._next_listen_check = mono
+            return
         self.dirty = True
         if report.event is wire.HookEvent.FINISHED:
             self._finished = (report.pid, mono)
@@ -665,7 +690,8 @@ class TaskRunner:
         published = self._published
         if published is None or published.listening or mono < self._next_listen_check:
             return
-        self._next_listen_check = mono + LISTEN_CHECK_S
+        self._next_listen_check = mono + (LISTEN_CHECK_FAST_S if mono < self._listen_fast_until
+                                          else LISTEN_CHECK_S)
         state = self._port_state(published)
         if state is not None and state.holder is listeners.Holder.ROLE:
             self.drain_output(mono)  # the hook's report, for the members to compare
@@ -902,10 +928,13 @@ class TaskRunner:
 
     def _look_for_scheduler(self, stat: Optional[GroupStat]) -> None:
         """Whether the role (a server, a worker) has reached the scheduler: its first
-        established connection to the scheduler's address."""
+        established connection to the scheduler's address. Not looked for while the
+        gate holds the role: it cannot have one before its ps-lite starts, and each look
+        reads the namespace's whole connection table (``listeners.connected_to``: 7 ms
+        on the test VM, a member a second, while the roles import MXNet)."""
         info = self._scheduler
         if (self.record.reached_at is not None or info is None or stat is None
-                or self.task.role is Role.SCHEDULER):
+                or self.task.role is Role.SCHEDULER or self.held):
             return
         if listeners.connected_to(stat.pids, info.ip, info.port):
             self.record.reached_at = time.time()
