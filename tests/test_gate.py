@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from mxbatch.runtime import gate, pyhook, wire
+from mxbatch.runtime import gate, pyhook, rolehook, wire
 
 from .conftest import assert_no_processes, task_record, wait_for
 from .test_agent import many_task_spec
@@ -86,6 +86,24 @@ def test_the_dist_kvstore_create_waits_until_the_gate_opens(tmp_path):
     assert proc.stdout.readline() == "imported\n"  # the import is not held
     assert proc.stdout.readline() == "local\n"  # nor a local kvstore
     assert release_when_held(proc, held, fd) == "ps-lite starts\n"
+
+
+def test_a_dist_kvstore_create_reports_connecting_first_with_or_without_a_gate(tmp_path):
+    """The scheduler's supervisor looks for its listening socket often from this report
+    on (ps-lite binds next); a local kvstore is no report."""
+    hook = pyhook.install(str(tmp_path / "hook"))
+    packages = fake_mxnet(tmp_path / "site")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([hook, str(packages)]))
+    code = "import mxnet; mxnet.kv.create('local'); mxnet.kv.create('dist_sync')"
+    result = subprocess.run([sys.executable, "-u", "-c", code], env=env, timeout=30,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert result.returncode == 0, result.stdout
+    lines = [line for line in result.stdout.splitlines()
+             if "started" not in line and "finished" not in line]
+    assert len(lines) == 3 and lines[0] == "local", lines
+    report = rolehook.parse_line(lines[1].encode())
+    assert report is not None and report.event is wire.HookEvent.CONNECTING, lines
+    assert lines[2] == "ps-lite starts"
 
 
 def test_no_gate_and_a_stale_descriptor_hold_nothing(tmp_path):

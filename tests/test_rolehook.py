@@ -20,6 +20,12 @@ def test_reports_are_read_across_chunks_and_after_a_partial_line():
                                                                       None)]
 
 
+def test_connecting_is_a_report_without_an_environment():
+    reports = HookReader().feed(b'x\nmxbatch hook scheduler[0]: connecting {"pid": 9}\n')
+    assert [(r.event, r.pid, r.environment) for r in reports] == [
+        (HookEvent.CONNECTING, 9, None)]
+
+
 def test_lines_that_only_look_like_reports_are_none():
     for line in (b"mxbatch hook worker[1]: started not json",
                  b"mxbatch hook worker[1]: stopped {\"pid\": 1}",

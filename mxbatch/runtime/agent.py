@@ -2,7 +2,8 @@
 container, an MPI rank) or every task of a host (the local backend's job; an ssh host),
 in one event loop, like torchrun's per-node agent.
 
-Each loop (every ``POLL_S``, woken at once by role output and by SIGCHLD):
+Each loop (every ``POLL_S``, or sooner when a task asks, ``TaskRunner.step_due_in``;
+woken at once by role output and by SIGCHLD):
 - every task steps (``TaskRunner``); a task's failure becomes the job's abort; when
   this agent's scheduler announces that members may join, this agent's members start
   in the same loop (no backoff for a record this process has just written); so do they
@@ -239,7 +240,8 @@ class Agent:
         if self.on_tick is not None:
             self.on_tick()
         if not all(r.done for r in self.runners):
-            self._wait(POLL_S)
+            due = [d for d in (r.step_due_in(mono) for r in self.runners) if d is not None]
+            self._wait(min([POLL_S] + due))
 
     def _final_records(self) -> None:
         self._drain()

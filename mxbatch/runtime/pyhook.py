@@ -19,11 +19,15 @@ holds a member before ps-lite until its scheduler listens.
   interpreter calls before ``atexit`` handlers and module teardown (where MXNet's
   ``_notify_shutdown`` and ``KVStore.__del__`` hang). An uncaught exception,
   ``os._exit`` or a signal reports no ``finished``; ``sys.exit(n)`` does (the hook
-  cannot see ``n``).
-- **The start gate** (``gate``): a server or worker started before its scheduler
-  listens carries ``MXBATCH_GATE``; the hook then holds MXNet's ``kvstore.create`` of a
-  dist kvstore (where ps-lite connects: a server's during ``import mxnet``, a worker's
-  in its script) until the gate opens; the rest of MXNet's import goes on.
+  cannot see ``n``). ``connecting``: MXNet is about to create a dist kvstore, where
+  ps-lite starts (a scheduler binds its port within milliseconds: its supervisor then
+  looks for the listening socket every few milliseconds instead of every 50).
+- **The start gate** (``gate``): the hook wraps MXNet's ``kvstore.create`` as soon as
+  the module that defines it has run; a dist kvstore's create (where ps-lite starts: a
+  scheduler's and a server's during ``import mxnet``, a worker's in its script) reports
+  ``connecting``, and a server or worker started before its scheduler listens carries
+  ``MXBATCH_GATE`` and waits there until the gate opens; the rest of MXNet's import goes
+  on.
   ``mxbatch_wait_for_scheduler()`` is the same wait for any program of the role to
   call.
 
@@ -195,10 +199,13 @@ def mxbatch_wait_for_scheduler():
 
 
 def _mxbatch_gated(create):
-    """MXNet's ``kvstore.create``, held at the gate when it makes a dist kvstore (the
-    call where a server's or worker's ps-lite connects to the scheduler)."""
+    """MXNet's ``kvstore.create``: for a dist kvstore (the call where ps-lite starts),
+    reported as ``connecting``, then held at the gate (a member started before its
+    scheduler listens)."""
     def create_after_the_gate(name="local", *args, **kwargs):
         if isinstance(name, str) and name.lower().startswith("dist"):
+            if os.getpid() == _mxbatch_owner:
+                _mxbatch_say(%(connecting)r, {"pid": _mxbatch_owner})
             mxbatch_wait_for_scheduler()
         return create(name, *args, **kwargs)
     for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
@@ -261,8 +268,7 @@ def _mxbatch_chain():
 
 sys.excepthook = _mxbatch_excepthook
 atexit.register(_mxbatch_restore)
-if os.environ.get(%(gate)r):
-    sys.meta_path.insert(0, _MxbatchGate)
+sys.meta_path.insert(0, _MxbatchGate)
 _mxbatch_report_start()
 _mxbatch_chain()
 '''
@@ -270,7 +276,8 @@ _mxbatch_chain()
 #: the text of ``sitecustomize.py``
 SITECUSTOMIZE = _TEMPLATE % {"role": wire.ROLE, "rank": wire.RANK, "owner": wire.HOOK_OWNER,
                              "prefix": notes.HOOK_PREFIX, "started": wire.HookEvent.STARTED.value,
-                             "finished": wire.HookEvent.FINISHED.value, "gate": wire.GATE,
+                             "finished": wire.HookEvent.FINISHED.value,
+                             "connecting": wire.HookEvent.CONNECTING.value, "gate": wire.GATE,
                              "held": gate.HELD_MODULES}
 
 

@@ -86,6 +86,9 @@ class HookEvent(str, enum.Enum):
 
     STARTED = "started"    # before the script runs: pid, Python and MXNet versions and paths
     FINISHED = "finished"  # the script's own code has finished (its threads too): pid
+    #: MXNet is about to create a dist kvstore, where ps-lite starts (a scheduler binds
+    #: its port next; a member connects once its gate opens): pid
+    CONNECTING = "connecting"
 
 
 # ------------------------------------------------------------- the ssh channel's messages
