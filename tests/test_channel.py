@@ -174,3 +174,33 @@ def test_the_agent_that_hears_the_news_has_its_members_look_at_once(tmp_path, mo
             runner.close()
         relay.stop = True
         relay.join(5)
+
+
+def test_the_agents_loop_wakes_for_the_news_and_stops_watching_a_lost_channel(tmp_path):
+    """The loop's wait ends when the news arrives (not at its next turn); a lost channel,
+    readable for ever, is no longer watched."""
+    from mxbatch.runtime.agent import Agent
+
+    from .test_rendezvous import small_plan
+
+    plan = small_plan(str(tmp_path), created_at=time.time())
+    os.makedirs(plan.layout.logs_dir, exist_ok=True)
+    agent_end, host_end = channel_pair()
+    remote = ChannelRendezvous(agent_end, reply_timeout_s=5, where="the agent on h6")
+    agent = Agent(plan, [plan.tasks[2]], remote)
+    try:
+        agent._watch_news()
+        assert agent_end.read_fd in agent._selector.get_map()
+        host_end.send({TYPE_KEY: MessageType.PUBLISHED})
+        host_end.flush_until(time.monotonic() + 5)
+        started = time.monotonic()
+        agent._wait(60)  # returns once the news is readable, not after 60 s
+        assert time.monotonic() - started < 30
+        assert remote.scheduler_news() is True
+        host_end.close()
+        assert remote.scheduler_news() is False and remote.news_fd() is None
+        agent._watch_news()
+        assert agent_end.read_fd not in agent._selector.get_map()
+    finally:
+        for runner in agent.runners:
+            runner.close()

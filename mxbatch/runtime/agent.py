@@ -45,6 +45,7 @@ whatever N.
 The exit status is 0 when every task of this agent succeeded, 1 otherwise.
 """
 
+import enum
 import os
 import selectors
 import signal
@@ -68,6 +69,13 @@ HEARTBEAT_S = 5.0
 WATCH_MIN_S = 3.0
 WATCH_TASKS_PER_S = 250.0
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class _Wake(enum.Enum):
+    """What a descriptor in the loop's selector that is no role's output wakes it for."""
+
+    SIGNAL = "signal"  # the signal wakeup pipe (SIGCHLD, a signal to the agent)
+    NEWS = "news"      # the rendezvous's news (``Rendezvous.news_fd``)
 
 
 class Schedule(NamedTuple):
@@ -158,6 +166,7 @@ class Agent:
         self.pending_signal = pending_signal
         self._selector = selectors.DefaultSelector()
         self._wakeup: Optional[int] = None
+        self._news_fd: Optional[int] = None  # the rendezvous's news_fd, while watched
         self._next = {"beat": 0.0, "abort": 0.0, "watch": 0.0, "progress": 0.0}
 
     # ------------------------------------------------------------------ entry point
@@ -241,6 +250,7 @@ class Agent:
             self.on_tick()
         if not all(r.done for r in self.runners):
             due = [d for d in (r.step_due_in(mono) for r in self.runners) if d is not None]
+            self._watch_news()
             self._wait(min([POLL_S] + due))
 
     def _final_records(self) -> None:
@@ -448,9 +458,23 @@ class Agent:
         if fd is not None and fd not in self._selector.get_map():
             self._selector.register(fd, selectors.EVENT_READ, runner)
 
+    def _watch_news(self) -> None:
+        """Wake on the rendezvous's news (``Rendezvous.news_fd``) while it has a
+        descriptor for them; the next step reads them (``scheduler_news``)."""
+        fd = self.rdv.news_fd()
+        if fd == self._news_fd:
+            return
+        if self._news_fd is not None:
+            self._selector.unregister(self._news_fd)
+        if fd is not None:
+            self._selector.register(fd, selectors.EVENT_READ, _Wake.NEWS)
+        self._news_fd = fd
+
     def _wait(self, timeout: float) -> None:
         for key, _ in self._selector.select(timeout):
-            if key.data is None:  # the wakeup pipe (SIGCHLD, a signal)
+            if key.data is _Wake.NEWS:  # read by the next step's scheduler_news
+                continue
+            if key.data is _Wake.SIGNAL:  # the wakeup pipe (SIGCHLD, a signal)
                 try:
                     while os.read(key.fd, 512):
                         pass
@@ -477,7 +501,7 @@ class Agent:
     def _drain(self) -> None:
         """What roles wrote last, once they have all ended."""
         for key in list(self._selector.get_map().values()):
-            if key.data is not None:
+            if not isinstance(key.data, _Wake):
                 self._read_output(key.fd, key.data)
                 if key.fd in self._selector.get_map():
                     self._selector.unregister(key.fd)
@@ -494,7 +518,7 @@ class Agent:
         except ValueError:  # not the main thread: no signals, poll only
             return previous
         self._wakeup = write_end
-        self._selector.register(read_end, selectors.EVENT_READ, None)
+        self._selector.register(read_end, selectors.EVENT_READ, _Wake.SIGNAL)
         previous[-1] = old_fd
         extra = tuple(signal.Signals[name] for name in self.plan.signal_ends
                       if name in signal.Signals.__members__)

@@ -16,7 +16,8 @@ protocol, one JSON object a line:
   in ``PUSHED`` (the scheduler's record, published or listening): this agent's members
   look for the scheduler at once (``scheduler_news``) instead of at the end of their
   backoff (up to 0.5 s, each look a round trip). It may arrive at any time: while a
-  call waits for its answer it is kept, between calls it is read without blocking.
+  call waits for its answer it is kept, between calls it is read without blocking, and
+  the agent's loop wakes when it arrives (``news_fd``).
 
 When the channel breaks (the ssh session ended: end of file, a broken pipe, or no
 answer within ``reply_timeout_s``) the rendezvous is *lost*: writes are dropped, and
@@ -119,6 +120,11 @@ class ChannelRendezvous(Rendezvous):
                 self._lose(str(exc))
         news, self._news = self._news, False
         return news
+
+    def news_fd(self) -> Optional[int]:
+        """The channel's read end while the channel lasts (one at its end of file would
+        always be readable; the next call finds it lost)."""
+        return self.channel.read_fd if self.lost is None and not self.channel.eof else None
 
     # ------------------------------------------------------------------ Rendezvous
     def publish_scheduler(self, record: SchedulerRecord) -> None:

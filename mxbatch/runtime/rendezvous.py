@@ -116,6 +116,12 @@ class Rendezvous(abc.ABC):
         says so, the members poll."""
         return False
 
+    def news_fd(self) -> Optional[int]:
+        """A descriptor that becomes readable when ``scheduler_news`` may have news (the
+        agent's loop wakes on it instead of finding the news at its next turn); None
+        (the default): no such descriptor, or none any more."""
+        return None
+
     def close(self, exit_status: int) -> None:  # noqa: B027 - optional hook
         """Called once, when the supervisor using this rendezvous has ended with
         ``exit_status``. Default: nothing to release."""
