@@ -19,8 +19,12 @@ For each launcher and repetition it measures:
   - crash: a worker raising after 20 steps; the launcher's exit code and how long it
     took to exit (launch.py is stopped after --crash-timeout seconds if it hangs)
 
+``--baseline DIR`` adds "mxbatch (baseline)": the same runs with the mxbatch of another
+checkout (DIR first on PYTHONPATH, e.g. a ``git worktree`` of an earlier commit, its
+bytecode compiled), interleaved with the others.
+
     .venv/bin/python bench/local_vs_launchpy.py [--repeat 3] [--trivial-repeat 7]
-        [--crash-timeout 60] [--only example|trivial]
+        [--crash-timeout 60] [--only example|trivial] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -219,13 +223,27 @@ def _kill_run(session: int, token: str, job_id: Optional[str]) -> None:
     wait_gone(sorted(pids), 10)
 
 
+BASELINE = "mxbatch (baseline)"
+
+
+def env_of(name: str, env: Dict[str, str], baseline: Optional[str]) -> Dict[str, str]:
+    """The environment a launcher runs in: the baseline's mxbatch first on its path."""
+    return dict(env, PYTHONPATH=baseline) if name == BASELINE and baseline else env
+
+
+def with_baseline(launchers: Dict[str, List[str]], baseline: Optional[str]
+                  ) -> Dict[str, List[str]]:
+    """``launchers`` and, given a baseline, mxbatch's argv again under BASELINE."""
+    return dict(launchers, **{BASELINE: launchers["mxbatch"]}) if baseline else launchers
+
+
 def compare(launchers: Dict[str, List[str]], env: Dict[str, str], repeat: int,
-            timeout: float = 300) -> Dict[str, List[dict]]:
-    """``repeat`` runs of each launcher, interleaved (the same machine state for both)."""
+            timeout: float = 300, baseline: Optional[str] = None) -> Dict[str, List[dict]]:
+    """``repeat`` runs of each launcher, interleaved (the same machine state for all)."""
     results: Dict[str, List[dict]] = {name: [] for name in launchers}
     for _ in range(repeat):
         for name, argv in launchers.items():
-            results[name].append(run_once(argv, env, timeout=timeout))
+            results[name].append(run_once(argv, env_of(name, env, baseline), timeout=timeout))
     return results
 
 
@@ -236,7 +254,7 @@ def rows_of(results: Dict[str, List[dict]], first_step: str) -> List[tuple]:
         return [fmt([r[key] for r in results[n]], unit) for n in names]
 
     def mxbatch_only(key: str, unit: str = "s") -> List[str]:
-        return [fmt([r[key] for r in results[n]], unit) if n == "mxbatch" else "-"
+        return [fmt([r[key] for r in results[n]], unit) if n.startswith("mxbatch") else "-"
                 for n in names]
 
     return [("", *names),
@@ -256,7 +274,10 @@ def main() -> None:
                         help="runs of the trivial-role job")
     parser.add_argument("--crash-timeout", type=float, default=60.0)
     parser.add_argument("--only", choices=("example", "trivial"), default=None)
+    parser.add_argument("--baseline", metavar="DIR", default=None,
+                        help="another checkout's mxbatch, run as a third launcher")
     args = parser.parse_args()
+    baseline = str(Path(args.baseline).resolve()) if args.baseline else None
     compile_mxbatch()
     home = tempfile.mkdtemp(prefix="mxbatch-bench-")
     env = dict(os.environ, MXBATCH_HOME=home, OMP_NUM_THREADS="1",
@@ -265,18 +286,18 @@ def main() -> None:
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; machine: {os.cpu_count()} cores; load "
           f"average at the start {' '.join('%.1f' % x for x in os.getloadavg())}", flush=True)
     if args.only != "example":
-        trivial = {"launch.py": launch_py_argv("local", " ".join(TRIVIAL), 1, 1),
-                   "mxbatch": mxbatch_argv(TRIVIAL, 1, 1)}
-        results = compare(trivial, env, args.trivial_repeat, timeout=60)
+        trivial = with_baseline({"launch.py": launch_py_argv("local", " ".join(TRIVIAL), 1, 1),
+                                 "mxbatch": mxbatch_argv(TRIVIAL, 1, 1)}, baseline)
+        results = compare(trivial, env, args.trivial_repeat, timeout=60, baseline=baseline)
         print(f"\nthe trivial-role job: 1 server + 1 worker, every role {' '.join(TRIVIAL)}, "
               f"{args.trivial_repeat} runs each (median, min-max)")
         print_table(rows_of(results, "launch -> worker runs"))
     if args.only != "trivial":
-        launchers = {"launch.py": launch_py_argv("local", " ".join(TRAIN)),
-                     "mxbatch": mxbatch_argv(TRAIN, 2, 2)}
-        results = compare(launchers, env, args.repeat)
+        launchers = with_baseline({"launch.py": launch_py_argv("local", " ".join(TRAIN)),
+                                   "mxbatch": mxbatch_argv(TRAIN, 2, 2)}, baseline)
+        results = compare(launchers, env, args.repeat, baseline=baseline)
         crash_env = dict(env, CRASH_RANK="1", CRASH_AFTER_STEPS="20", EPOCHS="50")
-        crashes = {name: run_once(argv, crash_env, args.crash_timeout)
+        crashes = {name: run_once(argv, env_of(name, crash_env, baseline), args.crash_timeout)
                    for name, argv in launchers.items()}
         print(f"\n2 servers + 2 workers, dist_sync, 3 epochs, {args.repeat} runs each "
               f"(median, min-max)")

@@ -204,3 +204,33 @@ def test_the_agents_loop_wakes_for_the_news_and_stops_watching_a_lost_channel(tm
     finally:
         for runner in agent.runners:
             runner.close()
+
+
+def test_members_told_of_every_publication_look_for_the_scheduler_seldom(tmp_path):
+    """Members poll the scheduler's record at their usual pace unless they are told of
+    each publication: their scheduler's runner is in the same agent, or the channel
+    pushes the news. Then their looks are a safety net (a local job of 1,000 held
+    members read the record 10,000 times a second)."""
+    from mxbatch.runtime.agent import Agent
+    from mxbatch.runtime.taskrunner import MEMBER_POLL_CAP_S, TOLD_POLL_CAP_S
+
+    from .test_rendezvous import small_plan
+
+    plan = small_plan(str(tmp_path), created_at=time.time())
+    os.makedirs(plan.layout.logs_dir, exist_ok=True)
+    files = FileRendezvous(str(tmp_path))
+    files.prepare(plan)
+    agent_end, host_end = channel_pair()
+    agents = {"scheduler elsewhere": Agent(plan, [plan.tasks[2]], files),
+              "scheduler here": Agent(plan, [plan.tasks[0], plan.tasks[2]], files),
+              "news pushed": Agent(plan, [plan.tasks[2]], ChannelRendezvous(
+                  agent_end, reply_timeout_s=5, where="the agent on h7"))}
+    try:
+        caps = {name: agent.runners[-1]._backoff.cap for name, agent in agents.items()}
+        assert caps == {"scheduler elsewhere": MEMBER_POLL_CAP_S,
+                        "scheduler here": TOLD_POLL_CAP_S, "news pushed": TOLD_POLL_CAP_S}
+    finally:
+        for agent in agents.values():
+            for runner in agent.runners:
+                runner.close()
+        host_end.close()

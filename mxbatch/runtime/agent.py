@@ -143,6 +143,10 @@ class Agent:
                                    os.getpid(), queued=i >= limit, layout=layout,
                                    attempt_env=attempt_env)
                         for i, task in enumerate(tasks)]
+        if (rendezvous.pushes_scheduler_news()
+                or any(task.role is Role.SCHEDULER for task in tasks)):
+            for runner in self.runners:  # each publication reaches the members at once
+                runner.told_of_scheduler()
         self.slots = limit
         self.by = (tasks[0].label if len(tasks) == 1
                    else "the agent on %s" % socket.gethostname())

@@ -121,6 +121,10 @@ class ChannelRendezvous(Rendezvous):
         news, self._news = self._news, False
         return news
 
+    def pushes_scheduler_news(self) -> bool:
+        """The submit host pushes ``PUBLISHED`` for every publication (``PUSHED``)."""
+        return True
+
     def news_fd(self) -> Optional[int]:
         """The channel's read end while the channel lasts (one at its end of file would
         always be readable; the next call finds it lost)."""

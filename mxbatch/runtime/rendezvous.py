@@ -116,6 +116,11 @@ class Rendezvous(abc.ABC):
         says so, the members poll."""
         return False
 
+    def pushes_scheduler_news(self) -> bool:
+        """Whether ``scheduler_news`` says so for every record the scheduler publishes
+        (members may then look for it seldom). False (the default)."""
+        return False
+
     def news_fd(self) -> Optional[int]:
         """A descriptor that becomes readable when ``scheduler_news`` may have news (the
         agent's loop wakes on it instead of finding the news at its next turn); None

@@ -97,6 +97,12 @@ MEMBER_POLL_CAP_S = 0.5
 #: last of 4 batch members went on 0.25 s after the listen on the test clusters); 10
 #: small reads a second a member, for that long, is what it costs
 HELD_POLL_CAP_S = 0.1
+#: how often a member looks at most when it is told of every record the scheduler
+#: publishes (``TaskRunner.told_of_scheduler``: the scheduler's runner is in the same
+#: agent, or the rendezvous pushes the news): a safety net, and the startup deadline's
+#: check; a local job of 1,000 held members would otherwise read the record 10,000
+#: times a second
+TOLD_POLL_CAP_S = 1.0
 #: how often the scheduler's runner asks who listens on its port, until its role does
 #: (one sock_diag dump of listening sockets a look: ``listeners``)
 LISTEN_CHECK_S = 0.05
@@ -213,6 +219,7 @@ class TaskRunner:
         self._gate: Optional[Gate] = None
         self._backoff = Backoff(cap=MEMBER_POLL_CAP_S)
         self._next_poll = 0.0
+        self._told = False  # told of every publication (``told_of_scheduler``)
         # stopping
         self._final: Optional[TaskState] = None
         self._kill_at: Optional[float] = None
@@ -267,6 +274,16 @@ class TaskRunner:
                 or mono >= self._listen_fast_until):
             return None
         return max(0.0, self._next_listen_check - mono)
+
+    def told_of_scheduler(self) -> None:
+        """This member will be told of every record the scheduler publishes
+        (``look_for_scheduler_now``): its own looks are a safety net from now on."""
+        self._told = True
+        self._backoff.cap = self._poll_cap(self._backoff.cap)
+
+    def _poll_cap(self, cap: float) -> float:
+        """The longest interval between a member's looks for the scheduler's record."""
+        return max(cap, TOLD_POLL_CAP_S) if self._told else cap
 
     def look_for_scheduler_now(self) -> None:
         """A waiting (or held) member looks for the scheduler's record at its next step,
@@ -487,7 +504,7 @@ class TaskRunner:
         finally:
             self._gate.started()
         self._set(TaskState.RUNNING, "held before ps-lite until the scheduler listens")
-        self._next_poll, self._backoff = mono, Backoff(cap=HELD_POLL_CAP_S)
+        self._next_poll, self._backoff = mono, Backoff(cap=self._poll_cap(HELD_POLL_CAP_S))
 
     # ------------------------------------------------------------------ stepping
     def step(self, wall: float, mono: float, workers_done_seen: Optional[float]) -> None:
