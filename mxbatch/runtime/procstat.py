@@ -81,7 +81,7 @@ def _walked(top: int, group: Optional[int]) -> Optional[GroupStat]:
     """``top`` and its descendants (those in process group ``group`` only, when given:
     a child that left the group took its own descendants with it); None when ``top``
     is gone."""
-    count = cpu = 0
+    cpu = 0
     stopped = False
     seen: List[int] = []
     pending = [top]
@@ -89,16 +89,13 @@ def _walked(top: int, group: Optional[int]) -> Optional[GroupStat]:
         pid = pending.pop()
         stat = _stat(pid)
         if stat is None or (group is not None and stat[2] != group):
-            continue
-        count += 1
+            continue  # only what is seen has its children looked at: top comes first
         cpu += stat[3]
         seen.append(pid)
         if stat[0] in ("T", "t") and (pid == top or (group is None and stat[1] == top)):
             stopped = True  # the leader; in a tree, the root or its child (the role)
         pending.extend(_children(pid))
-    if top not in seen:
-        return None
-    return GroupStat(count, cpu, stopped, tuple(seen))
+    return GroupStat(len(seen), cpu, stopped, tuple(seen)) if seen else None
 
 
 def snapshot(pgids: Iterable[int], roots: Iterable[int] = ()) -> Dict[int, GroupStat]:
