@@ -4,6 +4,7 @@ role, an idle worker). Durations come from the job's own records."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -12,6 +13,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from mxbatch.runtime.layout import RunLayout
 
@@ -175,3 +178,105 @@ def test_a_task_started_a_second_time_in_its_attempt_ends_it_as_a_preemption(cli
             "last recorded RUNNING) ended with no end recorded") in abort["reason"], abort
     assert abort["reason"] in result.stderr
     assert_no_processes(job)
+
+
+def _voluntary_switches(pid: int) -> int:
+    """How often process ``pid``'s main thread has gone to sleep (its voluntary context
+    switches): an agent's loop sleeps once a turn."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no context switch count for pid {pid}")
+
+
+def test_an_idle_agent_sleeps_until_something_is_due(cli, tmp_path):
+    """An agent whose roles run and say nothing wakes for what is due (the abort poll,
+    the progress look, the watcher's look, a heartbeat: a few times a second), not at a
+    fixed fast pace: 1,000 idle MPI ranks are 1,000 such agents. Its turns are counted
+    as its sleeps between two of its own heartbeats (Schedule.heartbeat_s, 5 s): a loop
+    at 20 turns a second would sleep 100 times in that span."""
+    spec = many_task_spec(tmp_path, servers=1, workers=2, name="idleagent")
+    job = cli.submit(spec)
+    wait_for(lambda: all_running(cli, job, 4), 60, "the tasks to run", interval=0.2)
+    run_dir = cli.run_dir(job)
+    agent = task_record(run_dir, "worker", 0)["supervisor_pid"]
+
+    def next_heartbeat(after: int) -> int:
+        return wait_for(lambda: (task_record(run_dir, "worker", 0) or {}).get(
+            "heartbeat", after) > after and task_record(run_dir, "worker", 0)["heartbeat"],
+            60, "the next heartbeat", interval=0.05)
+
+    beat = next_heartbeat(task_record(run_dir, "worker", 0)["heartbeat"])
+    first = _voluntary_switches(agent)
+    next_heartbeat(beat)
+    sleeps = _voluntary_switches(agent) - first
+    sys.stderr.write(f"an idle agent of 4 tasks: {sleeps} sleeps between two heartbeats\n")
+    # (its record writes' fsyncs sleep too: about 35 in all here, 130 at a fixed 50 ms)
+    assert sleeps < 80
+    (tmp_path / "go").touch()
+    result = cli.run("wait", job, "--timeout", "60")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert_no_processes(job)
+
+
+def test_a_runner_says_when_its_next_timed_check_falls(tmp_path):
+    """``TaskRunner.next_due`` for each phase: the agent sleeps until the earliest."""
+    from mxbatch.runtime.rendezvous import FileRendezvous
+    from mxbatch.runtime.taskrunner import Phase, TaskRunner
+
+    from .test_rendezvous import small_plan
+
+    plan = small_plan(str(tmp_path), created_at=time.time(), grace_s=3.0, exit_timeout_s=60.0)
+    plan.tasks[1] = dataclasses.replace(plan.tasks[1], walltime_s=100.0)
+    os.makedirs(plan.layout.logs_dir, exist_ok=True)
+    server = TaskRunner(plan, plan.tasks[1], FileRendezvous(str(tmp_path)), {}, os.getpid())
+    wall, mono = 1000.0, 50.0
+    try:
+        assert server.next_due(wall, mono, None) is None  # queued: the agent's business
+        server.phase, server._next_poll = Phase.WAITING, 51.0
+        assert server.next_due(wall, mono, None) == 51.0
+        server.phase, server.record.started_at = Phase.RUNNING, wall - 40
+        assert server.next_due(wall, mono, None) == pytest.approx(mono + 60, abs=0.01)
+        server._finished = (os.getpid(), mono - 10)  # its code finished: the exit hang
+        assert server.next_due(wall, mono, None) == mono - 10 + 60
+        assert server.next_due(wall, mono, mono - 1) == pytest.approx(mono + 2, abs=0.01)
+        server.phase, server._hold_until = Phase.HOLDING, 70.0
+        assert server.next_due(wall, mono, None) == 70.0
+        server.phase, server._kill_at = Phase.STOPPING, 53.0
+        assert server.next_due(wall, mono, None) == 53.0
+        server._kill_at = None  # SIGKILLed: its exit wakes the agent
+        assert server.next_due(wall, mono, None) is None
+    finally:
+        server.close()
+
+
+def test_the_loop_sleeps_until_the_earliest_due_and_no_longer_than_its_cap(tmp_path):
+    """``Agent._sleep_s``: at once for a queued task with a free slot; else until the
+    earliest timed check, at most IDLE_S (TICK_S with an on_tick)."""
+    from mxbatch.runtime.agent import IDLE_S, TICK_S, Agent
+    from mxbatch.runtime.rendezvous import FileRendezvous
+    from mxbatch.runtime.taskrunner import Phase
+
+    from .test_rendezvous import small_plan
+
+    plan = small_plan(str(tmp_path), created_at=time.time())
+    os.makedirs(plan.layout.logs_dir, exist_ok=True)
+    files = FileRendezvous(str(tmp_path))
+    files.prepare(plan)
+    agent = Agent(plan, [plan.tasks[1], plan.tasks[2]], files)
+    previous = agent._install_signals()  # (a signal can wake it: the long cap)
+    try:
+        mono = time.monotonic()
+        assert agent._sleep_s(time.time(), mono) == 0.0  # queued, slots free
+        for runner in agent.runners:
+            runner.phase = Phase.RUNNING
+        assert IDLE_S - 0.1 < agent._sleep_s(time.time(), mono) <= IDLE_S
+        agent.runners[1].phase, agent.runners[1]._kill_at = Phase.STOPPING, mono + 0.3
+        assert 0.1 < agent._sleep_s(time.time(), mono) <= 0.3
+        agent.runners[1].phase = Phase.RUNNING
+        agent.on_tick = lambda: None
+        assert agent._sleep_s(time.time(), mono) <= TICK_S
+    finally:
+        agent._restore_signals(previous)
+        for runner in agent.runners:
+            runner.close()

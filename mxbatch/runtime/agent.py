@@ -2,8 +2,9 @@
 container, an MPI rank) or every task of a host (the local backend's job; an ssh host),
 in one event loop, like torchrun's per-node agent.
 
-Each loop (every ``POLL_S``, or sooner when a task asks, ``TaskRunner.step_due_in``;
-woken at once by role output and by SIGCHLD):
+Each loop (when the next timed check is due: a task's, ``TaskRunner.next_due``, or the
+agent's own periodic work below; at least every ``IDLE_S``; woken at once by role
+output, by SIGCHLD, by a signal and by the rendezvous's news):
 - every task steps (``TaskRunner``); a task's failure becomes the job's abort; when
   this agent's scheduler announces that members may join, this agent's members start
   in the same loop (no backoff for a record this process has just written); so do they
@@ -62,7 +63,15 @@ from .states import AbortKind, AbortRecord, EndReason, TaskRecord, TaskState
 from .taskrunner import AttemptEnds, Phase, TaskFailed, TaskRunner
 from .watch import DigestFollower, JobWatch, missing_at_deadline, startup_abort
 
+#: the longest an agent sleeps when nothing is due (``Agent._sleep_s``): a safety net,
+#: as every timed check says when it is due and every event wakes the loop
+IDLE_S = 1.0
+#: the longest it sleeps with an ``on_tick`` (an attached CLI's status line)
+TICK_S = 0.25
+#: the longest it sleeps where no signal can wake it (not the main thread)
 POLL_S = 0.05
+#: periodic work this close to due is done in the turn before (``Agent._due``)
+EARLY_S = 0.01
 PROGRESS_S = 1.0
 HEARTBEAT_S = 5.0
 #: the watcher reads every other task's record at most this often per ``N / 250``
@@ -253,9 +262,8 @@ class Agent:
         if self.on_tick is not None:
             self.on_tick()
         if not all(r.done for r in self.runners):
-            due = [d for d in (r.step_due_in(mono) for r in self.runners) if d is not None]
             self._watch_news()
-            self._wait(min([POLL_S] + due))
+            self._wait(self._sleep_s(wall, mono))
 
     def _final_records(self) -> None:
         self._drain()
@@ -394,7 +402,9 @@ class Agent:
 
     # ------------------------------------------------------------------ periodic work
     def _due(self, name: str, mono: float, interval: float) -> bool:
-        if mono < self._next[name]:
+        """Whether periodic work ``name`` is due at ``mono`` (or within ``EARLY_S``: one
+        wake-up does what falls due together); if so, it is next due ``interval`` on."""
+        if mono + EARLY_S < self._next[name]:
             return False
         self._next[name] = mono + interval
         return True
@@ -461,6 +471,30 @@ class Agent:
         fd = runner.output_fd
         if fd is not None and fd not in self._selector.get_map():
             self._selector.register(fd, selectors.EVENT_READ, runner)
+
+    def _sleep_s(self, wall: float, mono: float) -> float:
+        """How long the loop may sleep after the step at ``wall``/``mono``: until the
+        earliest of its runners' timed checks (``TaskRunner.next_due``), its own periodic
+        work (``_next``: an entry the step left at or before ``mono`` is one it does not
+        use now) and a free slot for a queued task; at most ``IDLE_S`` (``TICK_S`` with
+        an ``on_tick``, ``POLL_S`` where no signal can wake it: not the main thread).
+        Role output, a role's exit (SIGCHLD), a signal and the rendezvous's news wake it
+        sooner."""
+        now = time.monotonic()
+        cap = IDLE_S if self._wakeup is not None else POLL_S
+        if self.on_tick is not None:
+            cap = min(cap, TICK_S)
+        due = [now + cap]
+        due.extend(t for t in self._next.values() if t > mono)
+        for runner in self.runners:
+            at = runner.next_due(wall, mono, self.workers_done_seen)
+            if at is not None:
+                due.append(at)
+        if self.aborted is None and any(r.phase is Phase.QUEUED for r in self.runners):
+            active = sum(1 for r in self.runners if r.phase not in (Phase.QUEUED, Phase.DONE))
+            if active < self.slots:
+                due.append(now)
+        return max(0.0, min(due) - now)
 
     def _watch_news(self) -> None:
         """Wake on the rendezvous's news (``Rendezvous.news_fd``) while it has a

@@ -410,6 +410,16 @@ class RoleContainer:
             if self._inspect is None:
                 self._next_inspect = mono + INSPECT_CAP_S
 
+    def poll_due(self) -> Optional[float]:
+        """When (monotonic) ``poll`` has something to do next: the next ``inspect``, or
+        the end of the running one's time; None once the pid is known or never looked
+        for. (The ``inspect`` child's exit wakes the agent by itself: SIGCHLD.)"""
+        if self.pid is not None or not self.daemon or self.binary is None:
+            return None
+        if self._inspect is not None:
+            return self._inspect_started + INSPECT_TIMEOUT_S
+        return self._next_inspect
+
     def forget_env_file(self) -> None:
         try:
             os.unlink(self.env_file)

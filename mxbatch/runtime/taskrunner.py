@@ -115,6 +115,8 @@ LISTEN_CHECK_FAST_S = 0.003
 LISTEN_FAST_FOR_S = 2.0
 #: how long the scheduler's runner waits for a SIGKILLed attempt's role at most
 RESTART_WAIT_S = 5.0
+#: past a limit that a check compares with ``>`` (``next_due``)
+_PAST_S = 0.001
 
 
 class Phase(enum.Enum):
@@ -266,14 +268,59 @@ class TaskRunner:
         cannot inherit the gate, so its members start once the scheduler listens."""
         return self.plan.member_start is MemberStart.EARLY and self.container is None
 
-    def step_due_in(self, mono: float) -> Optional[float]:
-        """Seconds until this runner needs a step sooner than the agent's loop would
-        give it (the scheduler's listen, looked for often once ps-lite starts); None when
-        the loop's own pace will do."""
-        if (self._published is None or self._published.listening
-                or mono >= self._listen_fast_until):
+    def next_due(self, wall: float, mono: float,
+                 workers_done_seen: Optional[float]) -> Optional[float]:
+        """When (monotonic) this runner's next timed check falls: a member's next look
+        for the scheduler's record, the scheduler's next look for its listen, the end of
+        a grace period or a hold, the exit hang's or the walltime's limit; None when
+        only an event can move it on (its role's output or exit, a signal, the
+        scheduler's news: each wakes the agent by itself). ``wall`` and ``mono``: one
+        moment on both clocks; ``workers_done_seen`` as for ``step``. The agent sleeps
+        until the earliest of its runners' (and of its own periodic work): a step before
+        then does no harm, one after it comes late."""
+        phase = self.phase
+        if phase is Phase.WAITING or (phase is Phase.RUNNING and self.held):
+            return self._next_poll
+        if phase in (Phase.CHECKPOINTING, Phase.HOLDING):
+            return self._hold_until
+        if phase is Phase.STOPPING:
+            return self._kill_at
+        if phase is not Phase.RUNNING:
             return None
-        return max(0.0, self._next_listen_check - mono)
+        due: List[float] = []
+        if self._finished is not None and self.plan.exit_timeout_s:
+            due.append(self._finished[1] + self.plan.exit_timeout_s)
+        if self.container is not None:
+            inspect = self.container.poll_due()
+            if inspect is not None:
+                due.append(inspect)
+        if (self.task.role is Role.SCHEDULER and self._published is not None
+                and not self._published.listening):
+            due.append(self._next_listen_check)
+        walltime = self._walltime_due()
+        if walltime is not None:
+            due.append(mono + walltime - wall + _PAST_S)
+        if self.task.role is not Role.WORKER and workers_done_seen is not None:
+            due.append(workers_done_seen + self.plan.grace_s + _PAST_S)
+        return min(due) if due else None
+
+    def _walltime_due(self) -> Optional[float]:
+        """When (epoch) ``_check_walltime`` acts next, if it ever does."""
+        walltime = self.task.walltime_s
+        if not walltime or self.record.started_at is None:
+            return None
+        lead = self._walltime_lead()
+        if lead is not None and not self._walltime_said:
+            return self.record.started_at + walltime - lead
+        return self.record.started_at + walltime
+
+    def _walltime_lead(self) -> Optional[float]:
+        """How long before the walltime the attempt ends for a checkpoint (restarts on
+        walltime), else None."""
+        restarts = self.plan.restarts
+        if not (self.task.walltime_s and restarts.restarts_on(EndReason.WALLTIME)):
+            return None
+        return min(restarts.checkpoint_lead_s, self.task.walltime_s / 2)
 
     def told_of_scheduler(self) -> None:
         """This member will be told of every record the scheduler publishes
@@ -644,16 +691,14 @@ class TaskRunner:
         if not walltime:
             return
         ran = wall - (self.record.started_at or wall)
-        restarts = self.plan.restarts
-        if restarts.restarts_on(EndReason.WALLTIME):
-            lead = min(restarts.checkpoint_lead_s, walltime / 2)
-            if ran > walltime - lead and not self._walltime_said:
-                self._walltime_said = True
-                raise AttemptEnds(AbortRecord(
-                    kind=AbortKind.FAILED, by=self.label, role=self.task.role,
-                    rank=self.task.rank, end=EndReason.WALLTIME,
-                    reason="%s reached its walltime of %gs less the checkpoint lead of %gs"
-                           % (self.label, walltime, lead)))
+        lead = self._walltime_lead()
+        if lead is not None and ran > walltime - lead and not self._walltime_said:
+            self._walltime_said = True
+            raise AttemptEnds(AbortRecord(
+                kind=AbortKind.FAILED, by=self.label, role=self.task.role,
+                rank=self.task.rank, end=EndReason.WALLTIME,
+                reason="%s reached its walltime of %gs less the checkpoint lead of %gs"
+                       % (self.label, walltime, lead)))
         if ran > walltime:
             failed = self.fail("%s exceeded its walltime of %gs" % (self.label, walltime),
                                wall, mono)
