@@ -54,7 +54,7 @@ import socket
 import time
 from typing import Callable, Dict, List, Mapping, NamedTuple, Optional
 
-from . import notes, procs, procstat, wire
+from . import listeners, notes, procs, procstat, wire
 from .files import RunDirUnwritable
 from .planfile import RunPlan, TaskInfo
 from .rendezvous import Rendezvous, TaskKey
@@ -456,9 +456,10 @@ class Agent:
         pgids = [r.pgid for r in self.runners if r.pgid is not None]
         roots = [r.container_pid for r in self.runners if r.container_pid is not None]
         stats = procstat.snapshot(pgids, roots) if pgids else {}
+        connections = listeners.ConnectionTables()  # each namespace's table read once
         for runner in self.runners:
             key = runner.container_pid or runner.pgid
-            runner.observe(stats.get(key) if key else None, mono)
+            runner.observe(stats.get(key) if key else None, mono, connections)
 
     def _write_records(self, force: bool) -> None:
         for runner in self.runners:

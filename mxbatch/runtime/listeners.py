@@ -17,7 +17,8 @@ that address would join another job. So readiness is asked of the kernel instead
 ``holders`` names the processes, where ``/proc`` lets this user see them) or
 ``Holder.NOBODY`` (not bound yet). Standard library only, like the whole runtime.
 
-The other direction, ``connected_to``: whether a server or worker has *reached* the
+The other direction, ``connected_to`` (``ConnectionTables`` for a round of looks, each
+namespace's table read once): whether a server or worker has *reached* the
 scheduler, an established connection from one of its processes to the scheduler's
 address (ps-lite's van opens it when the role creates its kvstore, and keeps it), from
 ``/proc`` (a sock_diag dump of established connections walks the same table: no gain). A
@@ -29,7 +30,7 @@ import enum
 import ipaddress
 import os
 import sys
-from typing import Callable, Iterable, List, NamedTuple, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 from . import sockdiag
 
@@ -151,15 +152,43 @@ def connections_to(netns_pid: int, ip: str, port: int) -> Set[int]:
     return found
 
 
+class ConnectionTables:
+    """The established connections of each network namespace, read at most once for
+    each address asked: one round of looks (an agent's, once a second, for every member
+    not yet known to have reached the scheduler). A namespace's table lists every
+    connection in it: 1,000 on a host of 250 members, read once per member it cost
+    each ssh host's agent 2-3 s of CPU a second until its members had connected."""
+
+    def __init__(self) -> None:
+        self._found: Dict[Tuple[Tuple[int, int], str, int], Set[int]] = {}
+
+    def connected_to(self, pids: Iterable[int], ip: str, port: int) -> bool:
+        """True if one of ``pids`` (a role's processes, the first for its network
+        namespace) holds an established TCP connection to ``ip:port``."""
+        pids = list(pids)
+        if not pids:
+            return False
+        key = (_netns_of(pids[0]), ip, port)
+        inodes = self._found.get(key)
+        if inodes is None:
+            inodes = self._found[key] = connections_to(pids[0], ip, port)
+        return bool(inodes) and bool(socket_inodes(pids) & inodes)
+
+
+def _netns_of(pid: int) -> Tuple[int, int]:
+    """Which network namespace ``pid`` is in (device and inode of its ``ns/net``);
+    ``(-1, pid)``, a namespace of its own, where that cannot be read."""
+    try:
+        info = os.stat("/proc/%d/ns/net" % pid)
+    except OSError:
+        return (-1, pid)
+    return (info.st_dev, info.st_ino)
+
+
 def connected_to(pids: Iterable[int], ip: str, port: int) -> bool:
-    """True if one of ``pids`` (a role's processes, the first for its network namespace)
-    holds an established TCP connection to ``ip:port``. A few small reads: callers ask
-    once a second per role, and only until the answer is yes."""
-    pids = list(pids)
-    if not pids:
-        return False
-    inodes = connections_to(pids[0], ip, port)
-    return bool(inodes) and bool(socket_inodes(pids) & inodes)
+    """``ConnectionTables.connected_to`` for one look: a few small reads, and the
+    namespace's whole connection table."""
+    return ConnectionTables().connected_to(pids, ip, port)
 
 
 class PortState(NamedTuple):

@@ -968,8 +968,11 @@ class TaskRunner:
             return None
         return self.container.pid
 
-    def observe(self, stat: Optional[GroupStat], mono: float) -> None:
-        """Update idle and stopped times from a snapshot of the role's process group."""
+    def observe(self, stat: Optional[GroupStat], mono: float,
+                connections: Optional[listeners.ConnectionTables] = None) -> None:
+        """Update idle and stopped times from a snapshot of the role's process group;
+        ``connections``: the round's connection tables, shared by the agent's runners
+        (a fresh one otherwise)."""
         if self.phase is not Phase.RUNNING:
             self.record.idle_s = self.record.stopped_s = 0.0
             return
@@ -983,21 +986,22 @@ class TaskRunner:
             self._stopped_since = self._stopped_since or mono
         else:
             self._stopped_since = None
-        self._look_for_scheduler(stat)
+        self._look_for_scheduler(stat, connections or listeners.ConnectionTables())
         self.record.idle_s = round(mono - (self._progress_at or mono), 1)
         self.record.stopped_s = round(mono - self._stopped_since, 1) \
             if self._stopped_since is not None else 0.0
 
-    def _look_for_scheduler(self, stat: Optional[GroupStat]) -> None:
+    def _look_for_scheduler(self, stat: Optional[GroupStat],
+                            connections: listeners.ConnectionTables) -> None:
         """Whether the role (a server, a worker) has reached the scheduler: its first
         established connection to the scheduler's address. Not looked for while the
-        gate holds the role: it cannot have one before its ps-lite starts, and each look
-        reads the namespace's whole connection table (``listeners.connected_to``: 7 ms
-        on the test VM, a member a second, while the roles import MXNet)."""
+        gate holds the role: it cannot have one before its ps-lite starts, and a look
+        reads the namespace's whole connection table (7 ms on the test VM; once a round
+        for all the agent's members: ``listeners.ConnectionTables``)."""
         info = self._scheduler
         if (self.record.reached_at is not None or info is None or stat is None
                 or self.task.role is Role.SCHEDULER or self.held):
             return
-        if listeners.connected_to(stat.pids, info.ip, info.port):
+        if connections.connected_to(stat.pids, info.ip, info.port):
             self.record.reached_at = time.time()
             self.dirty = True
