@@ -235,6 +235,9 @@ def test_a_runner_says_when_its_next_timed_check_falls(tmp_path):
         assert server.next_due(wall, mono, None) is None  # queued: the agent's business
         server.phase, server._next_poll = Phase.WAITING, 51.0
         assert server.next_due(wall, mono, None) == 51.0
+        # the startup deadline, when it comes before the next look: checked at once
+        before_deadline = plan.startup_deadline - 0.5
+        assert server.next_due(before_deadline, mono, None) == pytest.approx(mono + 0.5, abs=0.01)
         server.phase, server.record.started_at = Phase.RUNNING, wall - 40
         assert server.next_due(wall, mono, None) == pytest.approx(mono + 60, abs=0.01)
         server._finished = (os.getpid(), mono - 10)  # its code finished: the exit hang

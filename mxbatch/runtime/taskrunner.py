@@ -271,7 +271,8 @@ class TaskRunner:
     def next_due(self, wall: float, mono: float,
                  workers_done_seen: Optional[float]) -> Optional[float]:
         """When (monotonic) this runner's next timed check falls: a member's next look
-        for the scheduler's record, the scheduler's next look for its listen, the end of
+        for the scheduler's record, the scheduler's next look for its listen (for both,
+        the startup deadline, at which they fail unless it listens by then), the end of
         a grace period or a hold, the exit hang's or the walltime's limit; None when
         only an event can move it on (its role's output or exit, a signal, the
         scheduler's news: each wakes the agent by itself). ``wall`` and ``mono``: one
@@ -280,7 +281,7 @@ class TaskRunner:
         then does no harm, one after it comes late."""
         phase = self.phase
         if phase is Phase.WAITING or (phase is Phase.RUNNING and self.held):
-            return self._next_poll
+            return min(self._next_poll, self._startup_deadline_due(wall, mono))
         if phase in (Phase.CHECKPOINTING, Phase.HOLDING):
             return self._hold_until
         if phase is Phase.STOPPING:
@@ -296,13 +297,21 @@ class TaskRunner:
                 due.append(inspect)
         if (self.task.role is Role.SCHEDULER and self._published is not None
                 and not self._published.listening):
-            due.append(self._next_listen_check)
+            due.append(min(self._next_listen_check, self._startup_deadline_due(wall, mono)))
         walltime = self._walltime_due()
         if walltime is not None:
             due.append(mono + walltime - wall + _PAST_S)
         if self.task.role is not Role.WORKER and workers_done_seen is not None:
             due.append(workers_done_seen + self.plan.grace_s + _PAST_S)
         return min(due) if due else None
+
+    def _startup_deadline_due(self, wall: float, mono: float) -> float:
+        """When (monotonic) the startup deadline has passed, for a task that fails then
+        unless the scheduler listens by then (a member waiting or held, the scheduler
+        itself): its own failure is checked at once, not at its next look, and comes
+        first; infinity once that moment is behind (a step has checked it)."""
+        passed = self.plan.startup_deadline + _PAST_S
+        return mono + passed - wall if passed > wall else float("inf")
 
     def _walltime_due(self) -> Optional[float]:
         """When (epoch) ``_check_walltime`` acts next, if it ever does."""
@@ -569,7 +578,7 @@ class TaskRunner:
     def _wait_for_scheduler(self, wall: float, mono: float) -> None:
         """Start the role once this job's scheduler listens (its own socket, see
         ``_check_listening``): never on an address something else may hold."""
-        if mono < self._next_poll:
+        if mono < self._next_poll and not self._past_startup_deadline(wall):
             return
         info = self.rdv.read_scheduler()
         if info is not None and info.job_id == self.plan.job_id and (
@@ -579,9 +588,12 @@ class TaskRunner:
         self._check_startup_deadline(wall, mono)
         self._next_poll = mono + self._backoff.next()
 
+    def _past_startup_deadline(self, wall: float) -> bool:
+        return wall > self.plan.startup_deadline
+
     def _check_startup_deadline(self, wall: float, mono: float) -> None:
         """A member waiting (or held) for its scheduler past the startup deadline fails."""
-        if wall > self.plan.startup_deadline:
+        if self._past_startup_deadline(wall):
             raise self.fail("%s: the scheduler was not listening before the startup "
                             "deadline (%gs)" % (self.label, self.plan.startup_timeout_s),
                             wall, mono, deadline=True)
@@ -590,7 +602,7 @@ class TaskRunner:
         """A held member: open its gate once the scheduler it started with listens (or
         has ended without ps-lite); start it again should the scheduler have moved to
         another port (its attempt there was lost before it listened)."""
-        if mono < self._next_poll:
+        if mono < self._next_poll and not self._past_startup_deadline(wall):
             return
         held = self._scheduler
         assert held is not None and self._gate is not None
@@ -750,7 +762,8 @@ class TaskRunner:
         """Publish ``listening`` once the role's own socket listens on its port; a port
         another process holds is lost: this attempt stops and the next takes another."""
         published = self._published
-        if published is None or published.listening or mono < self._next_listen_check:
+        if published is None or published.listening or (
+                mono < self._next_listen_check and not self._past_startup_deadline(wall)):
             return
         self._next_listen_check = mono + (LISTEN_CHECK_FAST_S if mono < self._listen_fast_until
                                           else LISTEN_CHECK_S)
@@ -768,7 +781,7 @@ class TaskRunner:
         if state is not None and state.holder is listeners.Holder.OTHER:
             self._port_taken(published, state, wall, mono)
             return
-        if wall > self.plan.startup_deadline:
+        if self._past_startup_deadline(wall):
             raise self.fail("scheduler[0] did not listen on %s before the startup deadline "
                             "(%gs)" % (published.address, self.plan.startup_timeout_s),
                             wall, mono, deadline=True)
