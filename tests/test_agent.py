@@ -243,6 +243,9 @@ def test_a_runner_says_when_its_next_timed_check_falls(tmp_path):
         server._finished = (os.getpid(), mono - 10)  # its code finished: the exit hang
         assert server.next_due(wall, mono, None) == mono - 10 + 60
         assert server.next_due(wall, mono, mono - 1) == pytest.approx(mono + 2, abs=0.01)
+        server._mismatch = "server[0] runs another MXNet than its scheduler"
+        assert server.next_due(wall, mono, None) == mono  # it fails at its next step
+        server._mismatch = None
         server.phase, server._hold_until = Phase.HOLDING, 70.0
         assert server.next_due(wall, mono, None) == 70.0
         server.phase, server._kill_at = Phase.STOPPING, 53.0

@@ -288,6 +288,8 @@ class TaskRunner:
             return self._kill_at
         if phase is not Phase.RUNNING:
             return None
+        if self._mismatch is not None:  # it fails at its next step: make that now
+            return mono
         due: List[float] = []
         if self._finished is not None and self.plan.exit_timeout_s:
             due.append(self._finished[1] + self.plan.exit_timeout_s)
