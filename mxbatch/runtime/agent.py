@@ -287,8 +287,12 @@ class Agent:
                                     reason=error.reason))
 
     # ------------------------------------------------------------------ tasks
+    def _active(self) -> int:
+        """How many tasks hold a slot (started, not done)."""
+        return sum(1 for r in self.runners if r.phase not in (Phase.QUEUED, Phase.DONE))
+
     def _launch(self, wall: float, mono: float) -> None:
-        active = sum(1 for r in self.runners if r.phase not in (Phase.QUEUED, Phase.DONE))
+        active = self._active()
         for runner in self.runners:
             if active >= self.slots or self.aborted is not None:
                 return
@@ -491,10 +495,9 @@ class Agent:
             at = runner.next_due(wall, mono, self.workers_done_seen)
             if at is not None:
                 due.append(at)
-        if self.aborted is None and any(r.phase is Phase.QUEUED for r in self.runners):
-            active = sum(1 for r in self.runners if r.phase not in (Phase.QUEUED, Phase.DONE))
-            if active < self.slots:
-                due.append(now)
+        if (self.aborted is None and any(r.phase is Phase.QUEUED for r in self.runners)
+                and self._active() < self.slots):
+            due.append(now)
         return max(0.0, min(due) - now)
 
     def _watch_news(self) -> None:

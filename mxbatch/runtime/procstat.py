@@ -129,13 +129,10 @@ def _scanned(pgids: Iterable[int], roots: Iterable[int]) -> Dict[int, GroupStat]
     for entry in entries:
         if not entry.isdigit():
             continue
-        try:
-            with open("/proc/%s/stat" % entry) as handle:
-                state, ppid, pgrp, cpu = _parse_stat(handle.read())
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile, or not ours to read
-        if state in ("Z", "X"):
-            continue
+        stat = _stat(int(entry))
+        if stat is None:
+            continue  # gone meanwhile, a zombie, or not ours to read
+        state, ppid, pgrp, cpu = stat
         if tree_roots:
             procs[int(entry)] = (ppid, cpu, state in ("T", "t"))
         if pgrp not in wanted:
@@ -173,13 +170,10 @@ def members(pgid: int, roots: Iterable[int] = ()) -> Set[int]:
     for entry in entries:
         if not entry.isdigit():
             continue
-        try:
-            with open("/proc/%s/stat" % entry) as handle:
-                state, ppid, pgrp, _ = _parse_stat(handle.read())
-        except (OSError, ValueError, IndexError):
+        stat = _stat(int(entry))
+        if stat is None:
             continue
-        if state in ("Z", "X"):
-            continue
+        _, ppid, pgrp, _ = stat
         alive.add(int(entry))
         children.setdefault(ppid, []).append(int(entry))
         if pgrp == pgid:

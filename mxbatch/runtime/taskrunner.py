@@ -316,7 +316,8 @@ class TaskRunner:
         return mono + passed - wall if passed > wall else float("inf")
 
     def _walltime_due(self) -> Optional[float]:
-        """When (epoch) ``_check_walltime`` acts next, if it ever does."""
+        """When (epoch) ``_check_walltime`` acts next, once past it: the checkpoint's
+        moment, then the walltime itself; None without a walltime or a start."""
         walltime = self.task.walltime_s
         if not walltime or self.record.started_at is None:
             return None
@@ -701,23 +702,22 @@ class TaskRunner:
         """The task's walltime: with restarts on, the attempt ends ``checkpoint_lead``
         before it (every worker checkpoints, the job relaunches); else the task fails
         when it passed."""
-        walltime = self.task.walltime_s
-        if not walltime:
+        due = self._walltime_due()
+        if due is None or wall <= due:
             return
-        ran = wall - (self.record.started_at or wall)
+        walltime = self.task.walltime_s
         lead = self._walltime_lead()
-        if lead is not None and ran > walltime - lead and not self._walltime_said:
+        if lead is not None and not self._walltime_said:
             self._walltime_said = True
             raise AttemptEnds(AbortRecord(
                 kind=AbortKind.FAILED, by=self.label, role=self.task.role,
                 rank=self.task.rank, end=EndReason.WALLTIME,
                 reason="%s reached its walltime of %gs less the checkpoint lead of %gs"
                        % (self.label, walltime, lead)))
-        if ran > walltime:
-            failed = self.fail("%s exceeded its walltime of %gs" % (self.label, walltime),
-                               wall, mono)
-            failed.abort.end = EndReason.WALLTIME
-            raise failed
+        failed = self.fail("%s exceeded its walltime of %gs" % (self.label, walltime),
+                           wall, mono)
+        failed.abort.end = EndReason.WALLTIME
+        raise failed
 
     def _exited(self, code: int, wall: float, mono: float) -> None:
         self.drain_output(mono)  # the role's last words before the supervisor's
