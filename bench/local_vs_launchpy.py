@@ -12,6 +12,9 @@ For each launcher and repetition it measures:
     writes the time, then execs the real python3); mxbatch also says, from its task
     records, when it exec'd its first role and how much CPU its CLI had used by then
   - wall: seconds from launch until the launcher exits
+  - last role gone: seconds from launch until no process of the run is left (launch.py's
+    local launcher returns when its scheduler exits: its servers and workers may still
+    be running), and how many were left when the launcher exited
   - launcher RSS: peak summed RSS of the launcher's own processes (everything it
     started except the MXNet role processes, i.e. those with DMLC_ROLE set; for
     launch.py that leaves the tracker, for mxbatch the CLI, the job manager and
@@ -41,7 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from common import EXAMPLES, compile_mxbatch, fmt, launch_py_argv, print_table
 
@@ -177,6 +180,7 @@ def run_once(argv: List[str], env: Dict[str, str], timeout: float) -> dict:
     if hung:
         _kill_run(proc.pid, token, job_id)
     proc.wait()
+    left, gone = _left_at_exit(proc.pid, token, t0, deadline=t0 + timeout)
     out.seek(0)
     text = out.read().decode(errors="replace")
     firsts = [float(x) for x in re.findall(r"first step at ([\d.]+)s after launch", text)]
@@ -189,7 +193,21 @@ def run_once(argv: List[str], env: Dict[str, str], timeout: float) -> dict:
             "workers_ok": len(re.findall(r"done after \d+ steps", text)),
             "first_role": min(every) if every else None,
             "worker_runs": max(starts["worker"]) if starts.get("worker") else None,
-            "own_exec": own["exec"], "own_cpu": own["cpu"]}
+            "own_exec": own["exec"], "own_cpu": own["cpu"], "left": left, "gone": gone}
+
+
+def _left_at_exit(session: int, token: str, t0: float, deadline: float
+                  ) -> Tuple[int, Optional[float]]:
+    """How many processes of the run outlived its launcher, and the seconds from ``t0``
+    until the last was gone (looked for every 10 ms; None: still there at ``deadline``,
+    then killed)."""
+    left = len(_processes_of_run(session, token))
+    while _processes_of_run(session, token):
+        if time.time() > deadline:
+            _kill_run(session, token, None)
+            return left, None
+        time.sleep(0.01)
+    return left, time.time() - t0
 
 
 def _processes_of_run(session: int, token: str) -> List[int]:
@@ -264,6 +282,9 @@ def rows_of(results: Dict[str, List[dict]], first_step: str) -> List[tuple]:
             ("launch -> first role exec'd (own records)", *mxbatch_only("own_exec")),
             ("CLI CPU by then (own records)", *mxbatch_only("own_cpu")),
             ("wall time", *each("wall")),
+            ("launch -> last role process gone", *each("gone")),
+            ("role processes left at the launcher's exit",
+             *(" ".join(str(r["left"]) for r in results[n]) for n in names)),
             ("launcher peak RSS", *each("rss_mib", " MiB"))]
 
 
