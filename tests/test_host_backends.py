@@ -57,6 +57,10 @@ def test_job_spans_the_hosts_and_secrets_never_reach_a_command_line(hosts_cli, h
     hosts = {key: rec["host"] for key, rec in records(run_dir).items()}
     assert hosts == {"scheduler-0": "mxbh1", "server-0": "mxbh2", "server-1": "mxbh3",
                      "worker-0": "mxbh4", "worker-1": "mxbh1"}
+    # one agent a host (MPI too: one rank a host, the agent of the host's tasks)
+    supervisors = {key: rec["supervisor_pid"] for key, rec in records(run_dir).items()}
+    assert supervisors["scheduler-0"] == supervisors["worker-1"]
+    assert len(set(supervisors.values())) == 4
     address = host_addresses(hosts_env)
     for rank, host in ((0, "mxbh4"), (1, "mxbh1")):
         env = json.loads((out / f"{rank}.json").read_text())["env"]

@@ -63,21 +63,26 @@ def test_ssh_sync_dst_dir_without_a_master_when_the_socket_path_is_too_long(cli,
             host["ssh"] + host["rsync"])
 
 
-def test_mpi_one_mpirun_for_every_task(cli, tmp_path):
+def test_mpi_one_mpirun_one_agent_a_host(cli, tmp_path):
+    """One rank on each host that takes tasks (one slot each in mpirun's hostfile), each
+    rank the agent of the tasks dealt to its host: rank 0, on the first host, has the
+    scheduler (task 0)."""
     path = spec(tmp_path, "mpi", "hostfile: hosts, extra: [--allow-run-as-root]")
-    (tmp_path / "hosts").write_text("node1\nnode2 slots=1\nnode3\n")
+    (tmp_path / "hosts").write_text("node1\nnode2 slots=1\nnode3\nspare\n")
     result = cli.run("render", "--json", "-b", "mpi", str(path))
     assert result.returncode == 0, result.stderr
     setup = json.loads(result.stdout)["native"]["setup"]
-    assert setup["hostfile_text"] == "node1 slots=2\nnode2 slots=1\nnode3 slots=2\n"
+    assert setup["task_hosts"] == ["node1", "node2", "node3", "spare", "node1"]
+    assert setup["hostfile_text"] == \
+        "node1 slots=1\nnode2 slots=1\nnode3 slots=1\nspare slots=1\n"
     argv = setup["argv"]
-    assert argv[:3] == ["mpirun", "-n", "5"]
+    assert argv[:3] == ["mpirun", "-n", "4"]
     assert argv[argv.index("--map-by"):argv.index("--map-by") + 2] == ["--map-by", "node"]
     assert "--allow-run-as-root" in argv and argv.index("--allow-run-as-root") < argv.index(
         "python3")
-    assert argv[-6:] == ["--task-from", "OMPI_COMM_WORLD_RANK,PMI_RANK", "--environ-file",
-                         setup["environ_file"], "--exit-zero", "--launcher-signals"]
-    assert setup["task_hosts"] == ["node1", "node2", "node3", "node1", "node3"]
+    assert argv[-8:] == ["--task-from", "OMPI_COMM_WORLD_RANK,PMI_RANK", "--task-groups",
+                         "0,4/1/2/3", "--environ-file", setup["environ_file"], "--exit-zero",
+                         "--launcher-signals"]
 
 
 def test_hosts_errors_name_the_key(cli, tmp_path):

@@ -95,8 +95,9 @@ def test_mpirun_refusing_root_says_how_to_allow_it(home, hosts_env, tmp_path):
 
 
 def test_start_timeout_passed_is_said_and_nothing_is_left(hosts_cli, hosts_env, tmp_path):
-    """mpirun slower than backends.mpi.start_timeout (bench/scale.py: 840 ranks on 2
-    cores took longer than the default 120 s): the error names the option and its value
+    """mpirun slower than backends.mpi.start_timeout (bench/scale.py: 840 ranks, each
+    its own agent then, on 2 cores took longer than the default 120 s): the error names
+    the option and its value
     (it said only "mpirun could not start the job"), names 10 tasks and counts the
     rest, rather than a line for each of hundreds."""
     name = "mpislow-" + secrets.token_hex(3)
@@ -105,7 +106,7 @@ def test_start_timeout_passed_is_said_and_nothing_is_left(hosts_cli, hosts_env, 
                                                                  "hostfile:"))
     result = hosts_cli.run("submit", "--wait", "-b", "mpi", str(spec), cwd=tmp_path)
     assert result.returncode == 3, result.stderr
-    assert "mpirun had not started every rank's agent after backends.mpi.start_timeout " \
+    assert "mpirun had not started every host's agent after backends.mpi.start_timeout " \
            "(0.1 s)" in result.stderr
     assert "raise backends.mpi.start_timeout" in result.stderr
     named = result.stderr.count("never started\n")

@@ -101,30 +101,34 @@ def test_the_named_host_is_the_hostfiles_through_the_attempts_records():
 
 def setup_of(entries, tasks: int = 5, flavor: MpiFlavor = MpiFlavor.OPENMPI) -> MpiSetup:
     hosts = [parse_entry(e) for e in entries]
-    text, task_hosts = deal(hosts, tasks, flavor)
-    return MpiSetup(argv=("mpirun", "-n", str(tasks), "--hostfile", "/run/mpi/hostfile",
-                          "python3", "runtime.pyz"),
-                    hostfile="/run/mpi/hostfile", hostfile_text=text, environ_file="",
-                    task_hosts=task_hosts, flavor=flavor.value, hosts=tuple(entries))
+    dealing = deal(hosts, tasks, flavor)
+    return MpiSetup(argv=("mpirun", "-n", str(dealing.ranks), "--hostfile",
+                          "/run/mpi/hostfile", "python3", "runtime.pyz", "--task-groups",
+                          dealing.groups),
+                    hostfile="/run/mpi/hostfile", hostfile_text=dealing.hostfile_text,
+                    environ_file="", task_hosts=dealing.task_hosts, flavor=flavor.value,
+                    hosts=tuple(entries))
 
 
 def test_a_relaunch_deals_the_tasks_to_the_other_hosts():
     setup = setup_of(["mxbh1", "mxbh2", "mxbh3", "mxbh4"])
-    assert place_attempt(setup, (), 5) == (setup.hostfile_text, setup.task_hosts)
-    text, task_hosts = place_attempt(setup, ("mxbh3",), 5)
-    assert text == "mxbh1 slots=2\nmxbh2 slots=2\nmxbh4 slots=1\n"
-    assert task_hosts == ("mxbh1", "mxbh2", "mxbh4", "mxbh1", "mxbh2")
+    assert setup.argv[-1] == "0,4/1/2/3"
+    assert place_attempt(setup, (), 5) == (setup.hostfile_text, setup.task_hosts, "")
+    dealing = place_attempt(setup, ("mxbh3",), 5)
+    assert dealing.hostfile_text == "mxbh1 slots=1\nmxbh2 slots=1\nmxbh4 slots=1\n"
+    assert dealing.task_hosts == ("mxbh1", "mxbh2", "mxbh4", "mxbh1", "mxbh2")
+    assert (dealing.groups, dealing.ranks) == ("0,3/1,4/2", 3)
     # slots= as the hostfile gave them are honoured
     setup = setup_of(["a slots=1", "b", "c slots=1"])
-    assert setup.hostfile_text == "a slots=1\nb slots=3\nc slots=1\n"
-    assert place_attempt(setup, ("c",), 5)[0] == "a slots=1\nb slots=4\n"
+    assert setup.argv[-1] == "0/1,3,4/2"
+    assert place_attempt(setup, ("c",), 5).groups == "0/1,2,3,4"
     # a host spare in the first attempt (more hosts than tasks) takes tasks
     setup = setup_of(["a", "b", "c", "spare"], tasks=3)
     assert setup.hostfile_text == "a slots=1\nb slots=1\nc slots=1\n"
     assert place_attempt(setup, ("b",), 3) == ("a slots=1\nc slots=1\nspare slots=1\n",
-                                               ("a", "c", "spare"))
-    text, _ = place_attempt(setup_of(["a", "b", "c"], flavor=MpiFlavor.MPICH), ("c",), 5)
-    assert text == "a:3\nb:2\n"
+                                               ("a", "c", "spare"), "0/1/2")
+    dealing = place_attempt(setup_of(["a", "b", "c"], flavor=MpiFlavor.MPICH), ("c",), 5)
+    assert (dealing.hostfile_text, dealing.groups) == ("a:1\nb:1\n", "0,2,4/1,3")
 
 
 def test_a_relaunch_the_other_hosts_cannot_hold_is_not_usable(tmp_path):
@@ -144,9 +148,12 @@ def test_a_relaunch_runs_mpirun_with_its_own_hostfile():
     assert hostfile_path(RunLayout("/run")) == "/run/mpi/hostfile"
     assert hostfile_path(layout) == "/run/attempts/1/mpi/hostfile"
     attempt = AttemptContext(1, EndReason.NODE_FAILURE, ("mxbh3",), 0.0)
-    argv = attempt_argv(setup, attempt, hostfile_path(layout))
+    argv = attempt_argv(setup, attempt, hostfile_path(layout),
+                        place_attempt(setup, ("mxbh3",), 5))
     assert argv[argv.index("--hostfile") + 1] == "/run/attempts/1/mpi/hostfile"
+    assert argv[:3] == ["mpirun", "-n", "3"] and argv[-1] == "0,3/1,4/2"
     assert "MXBATCH_RESTART_REASON=node_failure" in argv
+    assert attempt_argv(setup, attempt, None, place_attempt(setup, (), 5))[-1] == "0,4/1/2/3"
     assert attempt_argv(setup, attempt._replace(index=0, excluded=())) == list(setup.argv)
 
 

@@ -1,8 +1,10 @@
 """Entry point of the runtime zipapp.
 
-    python3 runtime.pyz run RUN_DIR [--task N | --task-from VAR | --role ROLE
-                                     [--array-base B]] [--kv-store MODULE:FACTORY]
-        supervise one task (a batch array task, a YARN container, an MPI rank)
+    python3 runtime.pyz run RUN_DIR [--task N | --task-from VAR [--task-groups G] |
+                                     --role ROLE [--array-base B]]
+                                    [--kv-store MODULE:FACTORY]
+        supervise one task (a batch array task, a YARN container), or the group of
+        tasks that VAR picks of G (an MPI rank: the tasks of its host)
     python3 runtime.pyz agent RUN_DIR [--tasks all|I,J,...] [--slots N] [--cancel-on-signal]
         supervise several tasks in one process (the local backend's job); with every
         task, attempt after attempt (``jobloop``: restarts)
@@ -10,7 +12,9 @@
         the agent of an ssh host, driven through stdin and stdout (``remote``)
 
 ``run --task-from A,B`` reads the index from the first of these variables that is set
-(``OMPI_COMM_WORLD_RANK,PMI_RANK``: one ``mpirun`` for every task). ``--environ-file
+(``OMPI_COMM_WORLD_RANK,PMI_RANK``); with ``--task-groups 0,4/1,5/2/3`` it picks a group
+of tasks instead (``task.format_groups``: one ``mpirun`` rank per host, each the agent of
+the tasks dealt to its host). ``--environ-file
 FILE`` gives the roles the environment in FILE (a JSON object, mode 0600, written by
 the submitter) on top of this process's own, instead of relying on the launcher to
 pass it (mpirun passes only what it is told to). ``--exit-zero``: the outcome is in the
@@ -56,7 +60,7 @@ from .remote import merged_environment
 from .rendezvous import FileRendezvous
 from .roles import Role
 from .states import EndReason
-from .task import TaskIdentityError, resolve
+from .task import TaskIdentityError, resolve, resolve_group
 
 
 def _load_plan(run_dir: str) -> RunPlan:
@@ -89,7 +93,7 @@ def _select(plan: RunPlan, spec: str) -> List[TaskInfo]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mxbatch-runtime")
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="supervise one task")
+    run = commands.add_parser("run", help="supervise one task (or one group of tasks)")
     run.add_argument("run_dir")
     run.add_argument("--task", type=int, default=None)
     run.add_argument("--role", choices=[r.value for r in Role], default=None)
@@ -97,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="rendezvous in the key-value store FACTORY(plan) makes")
     run.add_argument("--task-from", metavar="VAR", default=None,
                      help="read the task index from this environment variable")
+    run.add_argument("--task-groups", metavar="G", default=None,
+                     help="groups of task indexes (0,4/1,5/2): --task-from's variable picks "
+                          "the group this process supervises")
     run.add_argument("--array-base", type=int, default=None,
                      help="first array index of the batch system's array (default: its own)")
     run.add_argument("--environ-file", metavar="FILE", default=None,
@@ -181,6 +188,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if args.command == "agent":
             tasks = _select(plan, args.tasks)
+        elif args.task_groups is not None:
+            if not args.task_from:
+                raise ValueError("--task-groups needs --task-from")
+            tasks = resolve_group(plan, os.environ, args.task_groups, args.task_from)
         else:
             tasks = [resolve(plan, os.environ, index=args.task, role=args.role,
                              index_variable=args.task_from, array_base=args.array_base)]

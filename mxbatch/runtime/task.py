@@ -3,15 +3,17 @@
 - ``MXBATCH_TASK``: the task index, set by launchers that start each task alone
   (local backend, YARN); or ``--task-from VAR``: the index is in ``$VAR`` (a Slurm
   heterogeneous job's ``SLURM_PROCID`` counts tasks across components in task order;
-  ``--task-from OMPI_COMM_WORLD_RANK,PMI_RANK``: the first of them that is set, for
-  one ``mpirun`` of every task);
+  ``--task-from OMPI_COMM_WORLD_RANK,PMI_RANK``: the first of them that is set);
+- ``--task-groups G`` with ``--task-from VAR``: several tasks, the group ``$VAR``
+  picks of ``G`` (``format_groups``: one ``mpirun`` rank per host, each the agent of
+  the tasks dealt to its host);
 - otherwise a role group (``--role worker``) plus the array index the batch
   system gives: ``SGE_TASK_ID`` (1-based), ``SLURM_ARRAY_TASK_ID`` (0-based),
   ``OMPI_COMM_WORLD_RANK`` / ``PMI_RANK`` (0-based); ``array_base`` overrides the
   base (DRMAA bulk jobs on Slurm number from 1).
 """
 
-from typing import Mapping, Optional
+from typing import List, Mapping, Optional, Sequence
 
 from .planfile import RunPlan, TaskInfo
 from .roles import Role
@@ -21,8 +23,46 @@ _ARRAY_VARIABLES = (("SGE_TASK_ID", 1), ("SLURM_ARRAY_TASK_ID", 0),
                     ("OMPI_COMM_WORLD_RANK", 0), ("PMI_RANK", 0))
 
 
+#: ``--task-groups``: what separates the groups, and the task indexes of a group
+GROUP_SEPARATOR, INDEX_SEPARATOR = "/", ","
+
+
 class TaskIdentityError(RuntimeError):
     pass
+
+
+def format_groups(groups: Sequence[Sequence[int]]) -> str:
+    """``--task-groups``' value: each group's task indexes, in group order (``0,4/1/2``)."""
+    return GROUP_SEPARATOR.join(INDEX_SEPARATOR.join(str(i) for i in group) for group in groups)
+
+
+def _index_from(environ: Mapping[str, str], index_variable: str) -> int:
+    """The index in the first of ``index_variable``'s variables (``A,B``) that is set."""
+    names = [name for name in index_variable.split(",") if name]
+    variable = next((name for name in names if name in environ), names[0])
+    if not environ.get(variable, "").isdigit():
+        raise TaskIdentityError("$%s is not a task index: %r"
+                                % (" or $".join(names), environ.get(variable)))
+    return int(environ[variable])
+
+
+def resolve_group(plan: RunPlan, environ: Mapping[str, str], groups: str,
+                  index_variable: str) -> List[TaskInfo]:
+    """The tasks of the group of ``groups`` (``format_groups``) that ``$index_variable``
+    picks (counted from 0)."""
+    index = _index_from(environ, index_variable)
+    parts = groups.split(GROUP_SEPARATOR)
+    if not 0 <= index < len(parts):
+        raise TaskIdentityError("group %d out of range 0-%d of --task-groups"
+                                % (index, len(parts) - 1))
+    try:
+        indexes = [int(i) for i in parts[index].split(INDEX_SEPARATOR)]
+    except ValueError:
+        raise TaskIdentityError("--task-groups: not task indexes: %r" % parts[index]) from None
+    if any(not 0 <= i < len(plan.tasks) for i in indexes):
+        raise TaskIdentityError("--task-groups: task index out of range 0-%d: %s"
+                                % (len(plan.tasks) - 1, parts[index]))
+    return [plan.tasks[i] for i in indexes]
 
 
 def resolve(plan: RunPlan, environ: Mapping[str, str], index: Optional[int] = None,
@@ -31,12 +71,7 @@ def resolve(plan: RunPlan, environ: Mapping[str, str], index: Optional[int] = No
     """The ``TaskInfo`` this process runs (see the module docstring for the sources)."""
     if index is None and index_variable:
         # "A,B": the first of these variables that is set (mpirun: Open MPI's or hydra's)
-        names = [name for name in index_variable.split(",") if name]
-        variable = next((name for name in names if name in environ), names[0])
-        if not environ.get(variable, "").isdigit():
-            raise TaskIdentityError("$%s is not a task index: %r"
-                                    % (" or $".join(names), environ.get(variable)))
-        index = int(environ[variable])
+        index = _index_from(environ, index_variable)
     if index is None and environ.get(TASK, "").isdigit():
         index = int(environ[TASK])
     if index is not None:

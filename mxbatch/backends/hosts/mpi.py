@@ -1,25 +1,32 @@
-"""MPI backend: one ``mpirun`` starts an agent for every task of the job (1+S+W ranks).
+"""MPI backend: one ``mpirun`` starts one agent on every host of the job, each the
+supervisor of the tasks dealt to its host.
 
 Each rank runs ``python3 -S <run dir>/runtime.pyz run <run dir> --task-from
-OMPI_COMM_WORLD_RANK,PMI_RANK --environ-file <run dir>/mpi/environ.json --exit-zero``:
-its task is its rank (the scheduler is rank 0, on the first host), its rendezvous the
-files of the run directory. **The run directory (``rendezvous.dir``) and the working
-directory must be on storage every host sees**, as with SGE and Slurm: mpirun gives a
-rank no channel back to the submit host (its stdio is funnelled into mpirun's), and the
-clusters mpirun is made for share their home directories. Without shared storage, use
-the ssh backend (a rendezvous relayed over the ssh sessions, ``--sync-dst-dir``).
+OMPI_COMM_WORLD_RANK,PMI_RANK --task-groups G --environ-file <run dir>/mpi/environ.json
+--exit-zero``: its rank picks its group of ``G`` (``task.format_groups``: the tasks
+``hostfile.place`` deals each host, in hostfile order, so rank 0, on the first host,
+supervises the scheduler), its rendezvous the files of the run directory. One agent a
+host, as the ssh backend has, rather than one a task: a Python supervisor costs about
+0.1 CPU-second to start and 12 MiB to keep, which 1,000 ranks paid a thousand times.
+**The run directory (``rendezvous.dir``) and the working directory must be on storage
+every host sees**, as with SGE and Slurm: mpirun gives a rank no channel back to the
+submit host (its stdio is funnelled into mpirun's), and the clusters mpirun is made for
+share their home directories. Without shared storage, use the ssh backend (a rendezvous
+relayed over the ssh sessions, ``--sync-dst-dir``).
 
-- Placement: a hostfile written into the run directory gives each host exactly the
-  number of tasks ``hostfile.place`` deals it (round-robin, ``slots=`` honoured);
-  Open MPI maps ranks ``--map-by node`` over it, which deals the same way (``deal``).
+- Placement: ``hostfile.place`` deals the tasks (round-robin, ``slots=`` honoured); the
+  hostfile written into the run directory gives each host that takes tasks one slot,
+  and ``-n`` is the number of those hosts, so that Open MPI's ``--map-by node`` (and
+  hydra's filling of the slots in order) puts rank i on the hostfile's i-th host
+  (``deal``).
 - Environment: mpirun passes a rank only what it is told to (``-x``); mxbatch writes
   the submitter's environment to ``mpi/environ.json`` (mode 0600, deleted as soon as
-  every rank's agent has started) instead of naming values on a command line.
+  every task's agent has started) instead of naming values on a command line.
   ``MXBATCH_JOB_ID`` goes with ``-x``/``-genv``, so every rank carries it.
 - Root: mpirun refuses to run as root unless told (``--allow-run-as-root`` in
   ``backends.mpi.extra``, or ``OMPI_ALLOW_RUN_AS_ROOT=1`` and
   ``OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1``): mxbatch never adds it.
-- ``--exit-zero``: an agent records its task's outcome and exits 0, so mpirun does not
+- ``--exit-zero``: an agent records its tasks' outcomes and exits 0, so mpirun does not
   kill the other agents before they stopped their roles themselves (SIGTERM, grace,
   SIGKILL) on the abort record. mpirun still ends the job when an agent dies
   abnormally (python3 missing, killed) or it loses a host; ``--launcher-signals``: the
@@ -27,7 +34,7 @@ the ssh backend (a rendezvous relayed over the ssh sessions, ``--sync-dst-dir``)
   controller fails the job with mpirun's own words (``logs/mpirun.log``), which name
   the host.
 
-The controller (``MpiController``) runs mpirun and waits until every rank's agent has
+The controller (``MpiController``) runs mpirun and waits until every task's agent has
 started; if mpirun ends before, it fails the submission naming the tasks and hosts
 that never started and what mpirun said (exit 3). Cancel: the abort record, then
 SIGTERM to mpirun (which kills its ranks) once the grace period is over.
@@ -37,8 +44,9 @@ ssh session to the host's orted closed, or Open MPI's "lost communication with a
 remote daemon ... on node HOST"), the attempt ends ``node_failure`` blaming that host,
 named as the hostfile names it (``blamed_hosts``, through the attempt's task records).
 A relaunch without excluded hosts deals the tasks to the others (``place_attempt``,
-the same dealing as ``render``) in a hostfile of its own (``hostfile_path`` of the
-attempt's layout); ``usable`` refuses a relaunch they cannot hold.
+the same dealing as ``render``) in a hostfile and groups of its own (``hostfile_path``
+of the attempt's layout, ``attempt_argv``); ``usable`` refuses a relaunch they cannot
+hold.
 """
 
 from __future__ import annotations
@@ -53,7 +61,7 @@ import shutil
 import signal
 import subprocess
 import time
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ...errors import BackendUnavailable
 from ...quoting import shell_words
@@ -63,6 +71,7 @@ from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan
 from ...runtime.spawn import start_dying_with_parent
 from ...runtime.states import AbortKind, AbortRecord, EndReason, SchedulerRecord, TaskRecord
+from ...runtime.task import format_groups
 from ...spec.plan import JobPlan
 from ...spec.typed import Seconds, from_data, option, to_data
 from ..base import RenderedItem
@@ -78,6 +87,8 @@ from .controller import (
 
 NAME = "mpi"
 RANK_VARIABLES = "OMPI_COMM_WORLD_RANK,PMI_RANK"
+#: the runtime's option whose value says each rank's tasks (``task.format_groups``)
+GROUPS_OPTION = "--task-groups"
 #: a submission that fails names this many tasks that never started, then counts the rest
 NAMED = 10
 
@@ -103,15 +114,16 @@ class MpiOptions:
                                         "(--allow-run-as-root, --mca ...)")
     flavor: MpiFlavor = option(MpiFlavor.OPENMPI, "openmpi (Open MPI's mpirun) or mpich "
                                                   "(hydra's mpiexec)")
-    python: str = option("python3", "the Python (3.8 or newer) that runs each rank's agent")
-    start_timeout: Seconds = option(120.0, "how long mpirun may take to start every rank's "
+    python: str = option("python3", "the Python (3.8 or newer) that runs each host's agent")
+    start_timeout: Seconds = option(120.0, "how long mpirun may take to start every host's "
                                            "agent")
 
 
 @dataclasses.dataclass(frozen=True)
 class MpiSetup:
-    """The controller's configuration: the mpirun command, the hostfile it reads, and
-    the host each task was dealt (for messages)."""
+    """The controller's configuration: the mpirun command (one rank a host, each with
+    its group of tasks), the hostfile it reads, and the host each task was dealt (for
+    messages)."""
 
     argv: Tuple[str, ...]
     hostfile: str
@@ -151,25 +163,40 @@ def hostfile_path(layout: RunLayout) -> str:
     return layout.attempt_backend_file(NAME, "hostfile")
 
 
-def deal(hosts: Sequence[hostfile.Host], tasks: int,
-         flavor: MpiFlavor) -> Tuple[str, Tuple[str, ...]]:
-    """The hostfile that gives each of ``hosts`` the number of tasks ``hostfile.place``
-    deals it (a host dealt none is left out), and each task's host (its label);
-    ValueError when the hosts' slots cannot hold ``tasks``."""
+class Dealing(NamedTuple):
+    """Where the tasks of an attempt run: mpirun's hostfile (one slot on each host that
+    takes tasks), each task's host (its label), and each rank's tasks
+    (``GROUPS_OPTION``'s value)."""
+
+    hostfile_text: str
+    task_hosts: Tuple[str, ...]
+    groups: str
+
+    @property
+    def ranks(self) -> int:
+        """How many ranks mpirun starts: one a host that takes tasks."""
+        return self.hostfile_text.count("\n")
+
+
+def deal(hosts: Sequence[hostfile.Host], tasks: int, flavor: MpiFlavor) -> Dealing:
+    """The ``Dealing`` of ``tasks`` over ``hosts`` as ``hostfile.place`` deals them (a host
+    dealt none is left out); ValueError when the hosts' slots cannot hold ``tasks``."""
     dealt = hostfile.place(hosts, tasks)
-    counts = [dealt.count(i) for i in range(len(hosts))]
-    lines = [(f"{h.name} slots={n}" if flavor is MpiFlavor.OPENMPI else f"{h.name}:{n}")
-             for h, n in zip(hosts, counts) if n]
-    return "\n".join(lines) + "\n", tuple(hosts[i].label for i in dealt)
+    used = sorted(set(dealt))
+    lines = [(f"{hosts[i].name} slots=1" if flavor is MpiFlavor.OPENMPI
+              else f"{hosts[i].name}:1") for i in used]
+    groups = [[task for task, host in enumerate(dealt) if host == i] for i in used]
+    return Dealing("\n".join(lines) + "\n", tuple(hosts[i].label for i in dealt),
+                   format_groups(groups))
 
 
-def place_attempt(setup: MpiSetup, excluded: Sequence[str],
-                  tasks: int) -> Tuple[str, Tuple[str, ...]]:
-    """The hostfile and each task's host of an attempt that leaves ``excluded`` (host
-    labels) out: the first attempt's without exclusions, else ``deal`` over the others
-    of ``setup.hosts``; ValueError saying why they cannot hold every task."""
+def place_attempt(setup: MpiSetup, excluded: Sequence[str], tasks: int) -> Dealing:
+    """The ``Dealing`` of an attempt that leaves ``excluded`` (host labels) out: ``deal``
+    over the others of ``setup.hosts``; without exclusions the first attempt's (its
+    groups are in ``setup.argv`` already: ``groups`` empty); ValueError saying why the
+    hosts left cannot hold every task."""
     if not excluded:
-        return setup.hostfile_text, setup.task_hosts
+        return Dealing(setup.hostfile_text, setup.task_hosts, "")
     if not setup.hosts:
         raise ValueError("this job's configuration does not list its hosts (an older "
                          "mxbatch submitted it)")
@@ -210,10 +237,10 @@ class MpiBackend(ControlledBackend[MpiOptions, MpiRequest]):
         run = plan.run
         found = placement.job_hosts(plan, self.name, self.options.hosts, self.options.hostfile)
         flavor = self.options.flavor
-        text, task_hosts = deal(found.hosts, len(run.tasks), flavor)
+        dealing = deal(found.hosts, len(run.tasks), flavor)
         layout = run.layout
         hosts_path, environ = hostfile_path(layout), mpi_file(layout, "environ.json")
-        argv = [self.options.mpirun, "-n", str(len(run.tasks))]
+        argv = [self.options.mpirun, "-n", str(dealing.ranks)]
         if flavor is MpiFlavor.OPENMPI:
             argv += ["--hostfile", hosts_path, "--map-by", "node", "--bind-to", "none",
                      "--stdin", "none", "-x", f"{wire.JOB_ID}={run.job_id}"]
@@ -221,9 +248,11 @@ class MpiBackend(ControlledBackend[MpiOptions, MpiRequest]):
             argv += ["-f", hosts_path, "-genv", wire.JOB_ID, run.job_id]
         argv += [*self.options.extra, *runtime_command(
             self.options.python, layout.runtime, "run", run.run_dir, "--task-from",
-            RANK_VARIABLES, "--environ-file", environ, "--exit-zero", "--launcher-signals")]
-        setup = MpiSetup(argv=tuple(argv), hostfile=hosts_path, hostfile_text=text,
-                         environ_file=environ, task_hosts=task_hosts,
+            RANK_VARIABLES, GROUPS_OPTION, dealing.groups, "--environ-file", environ,
+            "--exit-zero", "--launcher-signals")]
+        setup = MpiSetup(argv=tuple(argv), hostfile=hosts_path,
+                         hostfile_text=dealing.hostfile_text, environ_file=environ,
+                         task_hosts=dealing.task_hosts,
                          start_timeout_s=float(self.options.start_timeout),
                          flavor=flavor.value, hosts=tuple(h.entry for h in found.hosts))
         return MpiRequest(plan=plan, setup=setup, hosts_from=found.source)
@@ -263,13 +292,18 @@ def write_environ(path: str) -> None:
 
 
 def attempt_argv(setup: MpiSetup, attempt: AttemptContext,
-                 hosts_path: Optional[str] = None) -> List[str]:
+                 hosts_path: Optional[str] = None, dealing: Optional[Dealing] = None
+                 ) -> List[str]:
     """mpirun's command line for ``attempt``: every rank also gets ``MXBATCH_ATTEMPT``
     and ``MXBATCH_RESTART_REASON`` (mpirun passes only what it is told to);
-    ``hosts_path``: the attempt's own hostfile instead of the first attempt's."""
+    ``hosts_path`` and ``dealing``: the attempt's own hostfile, ranks and groups instead
+    of the first attempt's."""
     argv = list(setup.argv)
     if hosts_path is not None and hosts_path != setup.hostfile:
         argv[argv.index(setup.hostfile)] = hosts_path
+    if dealing is not None and dealing.groups:
+        argv[2] = str(dealing.ranks)  # after "mpirun -n"
+        argv[argv.index(GROUPS_OPTION) + 1] = dealing.groups
     if attempt.index == 0:
         return argv
     values = ((wire.ATTEMPT, str(attempt.index)), (wire.RESTART_REASON, attempt.reason_name))
@@ -403,7 +437,7 @@ def read_tail(path: str) -> str:
 
 
 class MpiController(Controller):
-    """Runs mpirun, waits until every rank's agent started, and watches mpirun until it
+    """Runs mpirun, waits until every task's agent started, and watches mpirun until it
     ends (see the module docstring)."""
 
     def __init__(self, plan: RunPlan, setup: MpiSetup,
@@ -417,6 +451,7 @@ class MpiController(Controller):
         #: hosts are excluded (``_place``)
         self.hostfile = setup.hostfile
         self.task_hosts = setup.task_hosts
+        self.dealing: Optional[Dealing] = None  # a relaunch's own (``_place``)
 
     def _not_started(self) -> List[int]:
         records = self.rdv.read_tasks(self.plan.task_keys())
@@ -431,14 +466,15 @@ class MpiController(Controller):
         if not excluded:
             return
         try:
-            text, self.task_hosts = place_attempt(self.setup, excluded, len(self.plan.tasks))
+            self.dealing = place_attempt(self.setup, excluded, len(self.plan.tasks))
         except ValueError as exc:
             raise BackendUnavailable(f"cannot relaunch without {', '.join(excluded)}: "
                                      f"{exc}") from None
+        self.task_hosts = self.dealing.task_hosts
         self.hostfile = hostfile_path(self.layout)
         os.makedirs(os.path.dirname(self.hostfile), mode=0o700, exist_ok=True)
         with open(self.hostfile, "w") as handle:
-            handle.write(text)
+            handle.write(self.dealing.hostfile_text)
 
     def prepare(self) -> None:
         if self.attempt.index > 0:  # attempt 0's was written at submission, then removed
@@ -448,7 +484,7 @@ class MpiController(Controller):
         os.makedirs(self.layout.logs_dir, mode=0o700, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = start_dying_with_parent(
-                attempt_argv(self.setup, self.attempt, self.hostfile),
+                attempt_argv(self.setup, self.attempt, self.hostfile, self.dealing),
                 stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
                 env={**os.environ, wire.JOB_ID: self.plan.job_id})
@@ -461,7 +497,7 @@ class MpiController(Controller):
                 timed_out = self.proc.poll() is None
                 self._stop_mpirun()
                 said = mpirun_said(self.log_path)
-                what = (f"mpirun had not started every rank's agent after "
+                what = (f"mpirun had not started every host's agent after "
                         f"backends.mpi.start_timeout ({self.setup.start_timeout_s:g} s)"
                         if timed_out else "mpirun could not start the job")
                 raise unavailable(
@@ -470,13 +506,13 @@ class MpiController(Controller):
                     + ([(f"and {len(missing) - NAMED} more", "their agents never started "
                          "either")] if len(missing) > NAMED else [])
                     + [("mpirun", f"exit {self.proc.returncode}: {said}")],
-                    what, hint=("raise backends.mpi.start_timeout: every rank's agent is a "
-                                "Python process to start" if timed_out else _hint(said)))
+                    what, hint=("raise backends.mpi.start_timeout: mpirun starts a daemon "
+                                "and an agent on every host" if timed_out else _hint(said)))
             time.sleep(0.2)
         _remove_quietly(self.setup.environ_file)
 
     def start(self) -> None:
-        """Nothing: the ranks' agents have started their roles already."""
+        """Nothing: the hosts' agents have started their roles already."""
 
     def step(self, timeout: float) -> bool:
         assert self.proc is not None
