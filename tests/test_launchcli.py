@@ -66,6 +66,21 @@ def test_environment_flags():
         data(env_worker=("novalue",))
 
 
+def test_the_scheduler_is_lean_unless_the_command_line_says_script():
+    """``--scheduler script`` (rendezvous.scheduler) runs the scheduler's command; by
+    default only the scheduler's task carries MXBATCH_SCHEDULER=lean (pyhook)."""
+    from mxbatch.spec import plan as planning
+
+    def lean_tasks(**flags):
+        spec = specs.from_mapping(data(**flags), base_dir=Path.cwd())
+        return [t.role.value for t in planning.make(spec, "local").run.tasks
+                if t.env.get("MXBATCH_SCHEDULER") == "lean"]
+
+    assert lean_tasks() == ["scheduler"]
+    assert data(scheduler="script")["rendezvous"] == {"scheduler": "script"}
+    assert lean_tasks(scheduler="script") == []
+
+
 def test_a_hostfile_means_ssh_unless_a_launcher_is_given():
     assert backend_of(LaunchArgs(command=("x",), hostfile="hosts")) == "ssh"
     assert backend_of(LaunchArgs(command=("x",), hostfile="hosts", launcher="mpi")) == "mpi"

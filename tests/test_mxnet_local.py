@@ -19,6 +19,10 @@ from .conftest import assert_no_processes, copy_example, job_times, task_record,
 pytestmark = pytest.mark.mxnet
 
 
+#: what a lean scheduler says in its log (``rendezvous.scheduler: lean``, the default)
+LEAN_LINE = "runs ps-lite's scheduler from "
+
+
 def worker_summary(output: str):
     """{kv rank: (num_workers, [epoch losses])} from the example's worker lines."""
     seen = {}
@@ -39,12 +43,17 @@ def assert_trained(output: str) -> None:
 
 
 def test_example_job_trains_with_submit_wait(cli, example):
+    """With ``rendezvous.scheduler: script`` (the default is lean, below): the
+    scheduler's script runs, and MXNet's import of it serves, as under launch.py."""
+    example.write_text(example.read_text().replace("rendezvous:\n",
+                                                   "rendezvous:\n  scheduler: script\n"))
     result = cli.run("submit", "--wait", str(example), env={"EPOCHS": "3"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert_trained(result.stdout)
     job = result.stdout.split()[0]
     assert cli.status(job)["state"] == "SUCCEEDED"
     assert_no_processes(job)
+    assert LEAN_LINE not in _read(cli.run_dir(job) / "logs" / "scheduler-0.log")
 
 
 def test_example_job_trains_with_launch(cli, example):
@@ -54,10 +63,13 @@ def test_example_job_trains_with_launch(cli, example):
     assert_trained(result.stdout)
     job = result.stdout.split()[0]
     assert_no_processes(job)
-    # MXNet's own create of the scheduler's kvstore was reported (the supervisor then
-    # looks for the bind every few milliseconds), and the listen seen after it
+    # the lean scheduler (the default): ps-lite's scheduler from MXNet's library, its
+    # create reported (the supervisor then looks for the bind every few milliseconds),
+    # the listen seen after it, and its end
     log = _read(cli.run_dir(job) / "logs" / "scheduler-0.log")
-    assert 0 <= log.find("scheduler[0]: connecting") < log.find("listening on"), log
+    assert 0 <= log.find(LEAN_LINE) < log.find("scheduler[0]: connecting") \
+        < log.find("listening on") < log.find("scheduler[0]: finished"), log
+    assert "exited with code 0" in log
 
 
 def test_uncaught_exception_in_one_worker_fails_the_job_fast(cli, example):

@@ -1,10 +1,13 @@
 """The sitecustomize hook: uncaught exceptions exit 1 at once; clean exits are untouched;
 an existing sitecustomize still runs; it reports the role's Python and MXNet, and when the
-script's code has finished."""
+script's code has finished; a lean scheduler runs MXNet's library instead of its script."""
 
 import os
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 from mxbatch.runtime import pyhook, rolehook
 
@@ -124,3 +127,89 @@ def test_mxnet_is_found_without_importing_it(tmp_path):
     result = subprocess.run([sys.executable, str(local / "train.py")], capture_output=True,
                             text=True, env=env, timeout=30)
     assert reports(result.stderr)[0][1].environment.mxnet == "2.0.0"
+
+
+FAKE_LIBMXNET = r"""
+#include <stdio.h>
+#include <stdlib.h>
+static const char *error = "";
+int MXKVStoreCreate(const char *type, void **out) {
+    if (getenv("FAKE_CREATE_FAILS")) { error = "fake ps-lite refused"; return -1; }
+    printf("create %s\n", type); fflush(stdout); *out = (void *)1; return 0;
+}
+int MXKVStoreRunServer(void *handle, void (*controller)(int, const char *, void *), void *c) {
+    printf("serve\n"); fflush(stdout); return 0;
+}
+const char *MXGetLastError(void) { return error; }
+"""
+
+
+@pytest.fixture
+def fake_mxnet(tmp_path):
+    """A site directory with an ``mxnet`` package whose ``libinfo`` names a library of
+    MXNet's three functions that a lean scheduler calls (they print what they do)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler for the fake MXNet library")
+    package = tmp_path / "site" / "mxnet"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("print('the package was imported')\n")
+    (package / "libinfo.py").write_text(
+        "import os\n__version__ = '1.9.1'\n\n\ndef find_lib_path(prefix='libmxnet'):\n"
+        "    return [os.path.join(os.path.dirname(__file__), prefix + '.so')]\n")
+    (tmp_path / "fake.c").write_text(FAKE_LIBMXNET)
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(package / "libmxnet.so"),
+                    str(tmp_path / "fake.c")], check=True, timeout=60)
+    return tmp_path / "site"
+
+
+def run_scheduler(tmp_path, site, script, **env):
+    hook = pyhook.install(str(tmp_path / "hook"))
+    path = tmp_path / "train.py"
+    path.write_text(script)
+    environ = dict(os.environ, PYTHONPATH=os.pathsep.join([hook, str(site)]),
+                   DMLC_ROLE="scheduler", MXBATCH_SCHEDULER="lean")
+    environ.update(env)
+    environ.pop("MXBATCH_HOOK_PID", None)
+    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
+                          env=environ, timeout=30)
+
+
+def test_a_lean_scheduler_makes_mxnets_calls_without_its_script(tmp_path, fake_mxnet):
+    """The script only binds names and imports before MXNet: the hook calls the library's
+    MXKVStoreCreate("dist") and MXKVStoreRunServer, reports connecting and finished,
+    and exits 0 without running the script or importing the package."""
+    result = run_scheduler(tmp_path, fake_mxnet, '"""doc"""\nimport os\nT0 = 1\n\n\n'
+                                                 'def f():\n    pass\n\n\nimport mxnet\n'
+                                                 'print("the script ran")\n')
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "create dist\nserve\n"
+    assert [event for event, _ in reports(result.stderr)] == ["started", "connecting",
+                                                              "finished"], result.stderr
+    assert "runs ps-lite's scheduler from " + str(fake_mxnet / "mxnet" / "libmxnet.so") \
+        in result.stderr
+    failed = run_scheduler(tmp_path, fake_mxnet, "from mxnet import gluon\n",
+                           FAKE_CREATE_FAILS="1")
+    assert failed.returncode == 1 and failed.stdout == ""
+    assert "the scheduler failed in MXNet: fake ps-lite refused" in failed.stderr
+    assert [event for event, _ in reports(failed.stderr)] == ["started", "connecting"]
+
+
+@pytest.mark.parametrize("script", [
+    "import sys\nsys.path.insert(0, '/elsewhere')\nimport mxnet\n",  # a call first
+    "import os\nos.environ['PS_VERBOSE'] = '1'\nimport mxnet\n",     # a subscript first
+    "try:\n    import mxnet\nexcept ImportError:\n    pass\n",        # not at module level
+    "import numpy\n",                                                  # no MXNet at all
+])
+def test_a_script_that_does_more_before_mxnet_runs_as_it_is(tmp_path, fake_mxnet, script):
+    result = run_scheduler(tmp_path, fake_mxnet, script + "print('the script ran')\n")
+    assert "create dist" not in result.stdout and "runs ps-lite's" not in result.stderr
+    assert "the script ran" in result.stdout or "No module named" in result.stderr
+
+
+def test_only_a_lean_scheduler_skips_its_script(tmp_path, fake_mxnet):
+    script = "import mxnet\nprint('the script ran')\n"
+    for env in ({"MXBATCH_SCHEDULER": "script"}, {"DMLC_ROLE": "server"}):
+        result = run_scheduler(tmp_path, fake_mxnet, script, **env)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "the package was imported\nthe script ran\n"

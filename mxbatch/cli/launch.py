@@ -41,6 +41,7 @@ import click
 from ..backends.registry import load_site_config
 from ..errors import SpecError
 from ..runtime import wire
+from ..runtime.leanscheduler import SchedulerStart
 from ..runtime.roles import Role
 from ..spec import config as siteconfig
 from ..spec.envflags import common_env, role_env
@@ -65,6 +66,8 @@ HOST_BACKENDS = ("ssh", "mpi")
 #: launch.py's names of the count flags
 WORKERS_FLAG, SERVERS_FLAG = "-n/--num-workers", "-s/--num-servers"
 P3_ENV = {wire.DMLC_PS_VAN_TYPE: "p3", wire.DMLC_PS_WATER_MARK: "10"}
+#: ``--scheduler``'s choices (``rendezvous.scheduler``)
+SCHEDULER_STARTS = tuple(start.value for start in SchedulerStart)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +93,7 @@ class LaunchArgs:
     grace: Optional[str] = None
     stall_timeout: Optional[str] = None
     exit_timeout: Optional[str] = None
+    scheduler: Optional[str] = None
     container: Optional[str] = None
     mounts: Tuple[str, ...] = ()
     max_tasks: Optional[int] = None
@@ -140,6 +144,10 @@ _OPTIONS: List[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--exit-timeout", default=None,
                  help="End a role still running this long after its code finished "
                       "(MXNet's exit hang), e.g. 2m (default 60s; 'off': never)."),
+    click.option("--scheduler", type=click.Choice(SCHEDULER_STARTS), default=None,
+                 help="What the scheduler's role runs: lean (the default: ps-lite's "
+                      "scheduler from MXNet's library, without the script's MXNet import) "
+                      "or script (the command, as launch.py runs it)."),
     click.option("--container", default=None, metavar="RUNTIME:IMAGE",
                  help="Run every role in a container, e.g. docker:mxnet/python:1.9.1 "
                       "(docker, podman or apptainer)."),
@@ -267,7 +275,8 @@ def job_data(args: LaunchArgs, environ: Dict[str, str], cwd: Path) -> Dict[str, 
     rendezvous: Dict[str, Any] = {k: v for k, v in (("startup_timeout", args.startup_timeout),
                                                     ("grace", args.grace),
                                                     ("stall_timeout", args.stall_timeout),
-                                                    ("exit_timeout", args.exit_timeout)) if v}
+                                                    ("exit_timeout", args.exit_timeout),
+                                                    ("scheduler", args.scheduler)) if v}
     for key in ("stall_timeout", "exit_timeout"):
         if rendezvous.get(key) == "off":
             rendezvous[key] = None

@@ -31,6 +31,15 @@ holds a member before ps-lite until its scheduler listens.
   ``mxbatch_wait_for_scheduler()`` is the same wait for any program of the role to
   call.
 
+- **The lean scheduler** (``leanscheduler``): a scheduler's role whose plan says
+  ``lean`` (``wire.SCHEDULER_START``) and whose script only imports, defines and binds
+  names before its first ``import mxnet`` does not run its script: once any other
+  ``sitecustomize`` has run, the hook loads the library of the MXNet package it found
+  for ``started`` (that package's ``libinfo.find_lib_path``), makes MXNet's two calls
+  of a scheduler's import (``MXKVStoreCreate("dist")``, ``MXKVStoreRunServer``) and
+  exits (``connecting`` before, ``finished`` after, as the script would report); when
+  it cannot (another script, no package, no library), the script runs.
+
 Any ``sitecustomize`` that was already on the path is still imported after ours. The
 text runs on any Python the role may use (3.8 and later), and nothing it does may
 raise into the role.
@@ -40,6 +49,7 @@ import os
 
 from . import gate, notes, wire
 from .files import atomic_write
+from .leanscheduler import SchedulerStart
 
 _TEMPLATE = r'''
 """mxbatch: exit at once on an uncaught exception (MXNet would hang); report this role's
@@ -49,6 +59,7 @@ import os
 import sys
 
 _mxbatch_owner = None  # this process's pid when it reports for the role
+_mxbatch_package = None  # the directory of the mxnet package the script would import
 
 
 def _mxbatch_excepthook(kind, value, tb):
@@ -151,11 +162,12 @@ def _mxbatch_mxnet():
 
 
 def _mxbatch_report_start():
-    global _mxbatch_owner
+    global _mxbatch_owner, _mxbatch_package
     if not _mxbatch_claim():
         return
     _mxbatch_owner = os.getpid()
     version, package = _mxbatch_mxnet()
+    _mxbatch_package = package
     _mxbatch_say(%(started)r, {"pid": _mxbatch_owner,
                                "python": "%%d.%%d.%%d" %% tuple(sys.version_info[:3]),
                                "python_path": sys.executable or "", "mxnet": version,
@@ -250,6 +262,94 @@ class _MxbatchGate(object):
         return spec
 
 
+def _mxbatch_libmxnet():
+    """The path of the library the script's MXNet would load (its ``libinfo``), or None."""
+    path = os.path.join(_mxbatch_package, "libinfo.py")
+    try:
+        with open(path) as handle:
+            code = compile(handle.read(), path, "exec")
+        names = {"__file__": path, "__name__": "_mxbatch_libinfo"}
+        exec(code, names)
+        return names["find_lib_path"]()[0]
+    except Exception:
+        return None
+
+
+def _mxbatch_mxnet_module(name):
+    return name is not None and (name == "mxnet" or name.startswith("mxnet."))
+
+
+def _mxbatch_imports_mxnet_first():
+    """Whether the script (a file) only imports, defines and binds names (``NAME =
+    ...``) before its first ``import mxnet`` at module level, which for a scheduler
+    serves and exits: then nothing of it is lost when it does not run."""
+    path = sys.argv[0] if sys.argv else ""
+    if path in ("", "-c", "-m") or not os.path.isfile(path):
+        return False
+    try:
+        import ast
+        with open(path, "rb") as handle:
+            body = ast.parse(handle.read(), path).body
+    except Exception:
+        return False
+    for node in body:
+        if isinstance(node, ast.Import):
+            if any(_mxbatch_mxnet_module(alias.name) for alias in node.names):
+                return True
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0 and _mxbatch_mxnet_module(node.module):
+                return True
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if not all(isinstance(target, ast.Name) for target in targets):
+                return False
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return False
+    return False
+
+
+def _mxbatch_lean_scheduler():
+    """Run ps-lite's scheduler from MXNet's library instead of the script, then exit;
+    return (the script runs) when this role is no lean scheduler or cannot be one."""
+    if (os.environ.get("DMLC_ROLE") != "scheduler"
+            or os.environ.get(%(scheduler_start)r) != %(lean)r
+            or _mxbatch_owner != os.getpid() or _mxbatch_package is None
+            or not _mxbatch_imports_mxnet_first()):
+        return
+    library = _mxbatch_libmxnet()
+    if library is None:
+        return
+    try:
+        import ctypes
+        lib = ctypes.CDLL(library, ctypes.RTLD_LOCAL)
+        create, serve = lib.MXKVStoreCreate, lib.MXKVStoreRunServer
+        lib.MXGetLastError.restype = ctypes.c_char_p
+        controller = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p,
+                                      ctypes.c_void_p)(lambda head, body, handle: None)
+    except Exception:
+        return
+    sys.stderr.write("mxbatch: the scheduler runs ps-lite's scheduler from %%s, without "
+                     "its script (rendezvous.scheduler: lean)\n" %% library)
+    sys.stderr.flush()
+    _mxbatch_say(%(connecting)r, {"pid": _mxbatch_owner})
+    handle = ctypes.c_void_p()
+    code = 1
+    if create(b"dist", ctypes.byref(handle)) == 0 and serve(handle, controller, None) == 0:
+        code = 0
+        _mxbatch_say(%(finished)r, {"pid": _mxbatch_owner})
+    else:
+        error = lib.MXGetLastError() or b""
+        sys.stderr.write("mxbatch: the scheduler failed in MXNet: %%s\n"
+                         %% error.decode("utf-8", "replace").strip())
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
 def _mxbatch_chain():
     here = os.path.dirname(os.path.abspath(__file__))
     ours = sys.modules.pop("sitecustomize", None)
@@ -271,6 +371,7 @@ atexit.register(_mxbatch_restore)
 sys.meta_path.insert(0, _MxbatchGate)
 _mxbatch_report_start()
 _mxbatch_chain()
+_mxbatch_lean_scheduler()
 '''
 
 #: the text of ``sitecustomize.py``
@@ -278,7 +379,8 @@ SITECUSTOMIZE = _TEMPLATE % {"role": wire.ROLE, "rank": wire.RANK, "owner": wire
                              "prefix": notes.HOOK_PREFIX, "started": wire.HookEvent.STARTED.value,
                              "finished": wire.HookEvent.FINISHED.value,
                              "connecting": wire.HookEvent.CONNECTING.value, "gate": wire.GATE,
-                             "held": gate.HELD_MODULES}
+                             "held": gate.HELD_MODULES, "scheduler_start": wire.SCHEDULER_START,
+                             "lean": SchedulerStart.LEAN.value}
 
 
 def install(directory: str) -> str:

@@ -37,6 +37,10 @@ HOOK_OWNER = "MXBATCH_HOOK_PID"
 #: of file lets its Python go on to ps-lite (the scheduler listens)
 GATE = "MXBATCH_GATE"
 
+#: the scheduler's role runs ps-lite's scheduler without its script when this is
+#: ``lean`` (``leanscheduler.SchedulerStart``; the hook, ``pyhook``, does it)
+SCHEDULER_START = "MXBATCH_SCHEDULER"
+
 #: on the command line of a host's agent whose srun step asked Slurm for the GPUs of its
 #: tasks: the agent gives each role its own share of the step's ``CUDA_VISIBLE_DEVICES``
 #: (``environ.device_shares``)

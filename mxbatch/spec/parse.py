@@ -37,6 +37,7 @@ from .schema import (
     Resources,
     RestartsSpec,
     RoleSpec,
+    SchedulerStart,
     default_runs_dir,
 )
 from .typed import ConversionError, from_data, kind_of
@@ -507,6 +508,7 @@ def _rendezvous(value: Any, key_path: KeyPath, locations: Locations,
         stall_timeout_s=_duration_or_null(section, "stall_timeout", defaults.stall_timeout_s),
         exit_timeout_s=_duration_or_null(section, "exit_timeout", defaults.exit_timeout_s),
         member_start=section.take("member_start", choice(MemberStart), defaults.member_start),
+        scheduler=section.take("scheduler", choice(SchedulerStart), defaults.scheduler),
     )
     section.finish()
     return result

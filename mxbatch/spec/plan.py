@@ -23,6 +23,7 @@ from ..errors import BadInput, SpecError
 from ..runtime import wire
 from ..runtime.attempts import RestartPlan
 from ..runtime.container import ContainerPlan
+from ..runtime.leanscheduler import SchedulerStart
 from ..runtime.planfile import DEFAULT_ABORT_POLL_S, RunPlan, TaskInfo
 from ..runtime.roles import Role
 from .schema import JOB_NAME, JobSpec, RoleSpec
@@ -179,6 +180,8 @@ def _task(spec: JobSpec, role_spec: RoleSpec, rank: int, index: int, job_id: str
     })
     if spec.network.interface:
         env[wire.DMLC_INTERFACE] = spec.network.interface
+    if role_spec.role is Role.SCHEDULER and spec.rendezvous.scheduler is SchedulerStart.LEAN:
+        env[wire.SCHEDULER_START] = SchedulerStart.LEAN.value
     resources = role_spec.resources
     return TaskInfo(index=index, role=role_spec.role, rank=rank,
                     argv=list(role_spec.command), env=env, cpus=resources.cpus,
