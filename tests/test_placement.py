@@ -172,7 +172,8 @@ def test_launcher_ssh_without_hosts_renders_the_node_file(cli, tmp_path):
     text = cli.run("render", "--backend", "mpi", str(_spec(tmp_path)),
                    env={"PBS_NODEFILE": str(nodes)}).stdout
     assert f"## hosts\nfrom PBS_NODEFILE {nodes}\n" in text
-    assert "mxbh1 slots=2\nmxbh2 slots=1\n" in text  # mpirun's hostfile
+    assert "mxbh1 slots=1\nmxbh2 slots=1\n" in text  # mpirun's hostfile: a rank a host
+    assert "--task-groups 0,2/1 " in text  # mxbh1's agent has tasks 0 and 2
 
 
 @pytest.mark.parametrize("content,words", [
