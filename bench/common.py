@@ -60,9 +60,12 @@ def timed_submit(env: Dict[str, str], backend: str, spec_path: Path) -> dict:
     all tasks running (latest supervisor start), submit -> the slower worker's first step,
     and the job's ``start_stages``."""
     t0 = time.time()
+    # not from the checkout's root: ``python -m`` puts the working directory first on
+    # sys.path, where this checkout's mxbatch would win over a baseline's PYTHONPATH
     result = subprocess.run([sys.executable, "-m", "mxbatch", "submit", "--wait", "--backend",
                              backend, str(spec_path)], capture_output=True, text=True,
-                            env=dict(env, LAUNCH_T0=repr(t0), EPOCHS="1"), timeout=600)
+                            env=dict(env, LAUNCH_T0=repr(t0), EPOCHS="1"), timeout=600,
+                            cwd=EXAMPLES)
     wall = time.time() - t0
     job = result.stdout.split()[0] if result.stdout else ""
     run = Path(env["MXBATCH_HOME"]) / "runs" / job
