@@ -352,14 +352,15 @@ class Job:
         self.home = Path(env["MXBATCH_HOME"])
         self.out = tempfile.TemporaryFile()
         self.t0 = time.time()
-        # from MXBATCH_HOME, not the checkout's root: ``python -m`` puts the working
+        # from the spec's folder, not the checkout's root: ``python -m`` puts the working
         # directory first on sys.path, where this checkout's mxbatch would win over a
-        # baseline's PYTHONPATH
+        # baseline's PYTHONPATH (MXBATCH_HOME does not exist before the submit makes it)
+        self.cwd = spec.parent
         self.proc = subprocess.Popen(
             backend.prefix(env) + [sys.executable, "-m", "mxbatch", "submit", "--wait",
                                    "--quiet", "-b", backend.mxbatch, str(spec)],
             stdout=self.out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-            cwd=self.home)
+            cwd=self.cwd)
         self.job_id: Optional[str] = None
         self.run_dir: Optional[Path] = None
         self.peak_kib = 0
@@ -420,7 +421,7 @@ class Job:
             t0 = time.time()
             result = subprocess.run([sys.executable, "-m", "mxbatch", "status", str(self.job_id),
                                      "--json"], capture_output=True, text=True, env=self.env,
-                                    timeout=300, cwd=self.home)
+                                    timeout=300, cwd=self.cwd)
             times.append(time.time() - t0)
             if result.returncode != 0:
                 raise RuntimeError(f"status exited {result.returncode}: {result.stderr[-1000:]}")
@@ -458,7 +459,7 @@ class Job:
         if not self.job_id:
             return []
         subprocess.run([sys.executable, "-m", "mxbatch", "cancel", self.job_id],
-                       capture_output=True, env=self.env, timeout=300, cwd=self.home)
+                       capture_output=True, env=self.env, timeout=300, cwd=self.cwd)
         left = wait_gone(job_processes(self.job_id), 30)
         kill_all(left, signal.SIGKILL)
         wait_gone(left, 10)
