@@ -98,6 +98,14 @@ def _mxbatch_say(event, data):
         pass
 
 
+def _mxbatch_note(text):
+    """``text`` on the role's stderr (fd 2), whatever ``sys.stderr`` is."""
+    try:
+        os.write(2, text.encode("utf-8", "replace"))
+    except Exception:
+        pass
+
+
 def _mxbatch_claim():
     """Whether this process reports for the role (see pyhook's docstring)."""
     me = os.getpid()
@@ -330,23 +338,24 @@ def _mxbatch_lean_scheduler():
                                       ctypes.c_void_p)(lambda head, body, handle: None)
     except Exception:
         return
-    sys.stderr.write("mxbatch: the scheduler runs ps-lite's scheduler from %%s, without "
-                     "its script (rendezvous.scheduler: lean)\n" %% library)
-    sys.stderr.flush()
+    _mxbatch_note("mxbatch: the scheduler runs ps-lite's scheduler from %%s, without its "
+                  "script (rendezvous.scheduler: lean)\n" %% library)
     _mxbatch_say(%(connecting)r, {"pid": _mxbatch_owner})
-    handle = ctypes.c_void_p()
     code = 1
-    if create(b"dist", ctypes.byref(handle)) == 0 and serve(handle, controller, None) == 0:
-        code = 0
-        _mxbatch_say(%(finished)r, {"pid": _mxbatch_owner})
-    else:
-        error = lib.MXGetLastError() or b""
-        sys.stderr.write("mxbatch: the scheduler failed in MXNet: %%s\n"
-                         %% error.decode("utf-8", "replace").strip())
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        handle = ctypes.c_void_p()
+        if create(b"dist", ctypes.byref(handle)) == 0 and serve(handle, controller, None) == 0:
+            code = 0
+            _mxbatch_say(%(finished)r, {"pid": _mxbatch_owner})
+        else:
+            error = lib.MXGetLastError() or b""
+            _mxbatch_note("mxbatch: the scheduler failed in MXNet: %%s\n"
+                          %% error.decode("utf-8", "replace").strip())
     finally:
+        try:
+            sys.stdout.flush()
+        except Exception:
+            pass
         os._exit(code)
 
 
