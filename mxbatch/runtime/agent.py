@@ -1,6 +1,6 @@
 """An agent supervises the tasks of one process: one task (a batch array task, a YARN
-container, an MPI rank) or every task of a host (the local backend's job; an ssh host),
-in one event loop, like torchrun's per-node agent.
+container) or every task of a host (the local backend's job; an ssh host; an MPI rank,
+one a host), in one event loop, like torchrun's per-node agent.
 
 Each loop (when the next timed check is due: a task's, ``TaskRunner.next_due``, or the
 agent's own periodic work below; at least every ``IDLE_S``; woken at once by role
@@ -124,7 +124,7 @@ class Agent:
     carries the job's id is a leftover (a role's child that left its process group):
     killed; ``devices``: each task's own ``CUDA_VISIBLE_DEVICES`` (by task index), over
     the inherited one (``environ.device_shares``); ``reruns``: a batch system may
-    start this agent's task again in the same attempt (a batch array task, a YARN
+    start this agent's tasks again in the same attempt (a batch array task, a YARN
     container, an MPI rank: ``runtime.pyz run``), which ``_rerun_abort`` looks for;
     ``pending_signal()``: a signal that came before this agent's handlers were in place
     (the attempt loop's ``pending_signal``), acted on once they are.

@@ -17,10 +17,10 @@ those in containers included, with host pids and parents.
 ``snapshot`` reads only the processes under each group's leader and each root: the
 kernel lists a thread's children in ``/proc/<pid>/task/<tid>/children``. A scan of
 every process, once a second in every agent, made the cost grow with the square of
-the tasks where many agents share a kernel (1,000 MPI ranks on the test hosts: each
-agent read 2,000 ``stat`` files a second). A process of the group whose parent ended
-before it (re-parented out of the leader's tree) is not counted; a kernel without
-those files (``CONFIG_PROC_CHILDREN``) gets the full scan.
+the tasks where many agents share a kernel (1,000 MPI ranks, an agent each then, on the
+test hosts: each agent read 2,000 ``stat`` files a second). A process of the group whose
+parent ended before it (re-parented out of the leader's tree) is not counted; a kernel
+without those files (``CONFIG_PROC_CHILDREN``) gets the full scan.
 """
 
 import os
