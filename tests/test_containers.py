@@ -35,7 +35,7 @@ from .conftest import (
 )
 from .faultmatrix import free_port, occupy_here
 from .polling import poll
-from .test_mxnet_local import assert_trained
+from .test_mxnet_local import LEAN_LINE, assert_trained
 
 pytestmark = pytest.mark.containers
 
@@ -155,6 +155,9 @@ def test_example_job_on_slurm_with_every_role_in_a_podman_container(home, ctr_en
     assert_trained(result.stdout)
     assert len(re.findall(r"mxbatch-test: \w+ in a podman container", result.stdout)) == 5
     job = result.stdout.split()[0]
+    # the scheduler served from the image's MXNet library, without the script's import
+    log = (cli.run_dir(job) / "logs" / "scheduler-0.log").read_text(errors="replace")
+    assert LEAN_LINE in log and "/libmxnet.so" in log, log[-3000:]
     assert_no_containers(ctr_env, job)
     assert_no_processes(job)
 
