@@ -14,7 +14,7 @@ import pytest
 
 from .clusterjobs import example_spec
 from .conftest import Cli, assert_no_processes, wait_for
-from .test_mxnet_local import assert_trained
+from .test_mxnet_local import LEAN_LINE, assert_trained
 from .yarnjobs import ENDED, app_id, rm_app
 
 pytestmark = [pytest.mark.yarn, pytest.mark.mxnet]
@@ -56,6 +56,9 @@ def test_example_job_trains_in_yarn_containers(yarn, tmp_path):
     assert sorted(app["applicationTags"].split(",")) == ["mxbatch", f"mxbatch-job-{job}"]
     logs = yarn.run("logs", job, "--role", "worker", "--rank", "1")
     assert logs.returncode == 0 and "num_workers=2" in logs.stdout
+    # the scheduler served from the packed environment's MXNet library (lean)
+    logs = yarn.run("logs", job, "--role", "scheduler")
+    assert logs.returncode == 0 and LEAN_LINE in logs.stdout, logs.stdout[-3000:]
 
 
 def test_worker_crash_ends_the_application_fast(yarn, tmp_path):
