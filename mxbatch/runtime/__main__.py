@@ -60,7 +60,7 @@ from .remote import merged_environment
 from .rendezvous import FileRendezvous
 from .roles import Role
 from .states import EndReason
-from .task import TaskIdentityError, resolve, resolve_group
+from .task import TaskIdentityError, resolve, resolve_group, tasks_at
 
 
 def _load_plan(run_dir: str) -> RunPlan:
@@ -82,12 +82,7 @@ def _kv_rendezvous(target: str, plan: RunPlan) -> KeyValueRendezvous:
 
 def _select(plan: RunPlan, spec: str) -> List[TaskInfo]:
     """``all`` or comma-separated task indexes."""
-    if spec == "all":
-        return list(plan.tasks)
-    indexes = [int(i) for i in spec.split(",")]
-    if any(not 0 <= i < len(plan.tasks) for i in indexes):
-        raise ValueError("task index out of range 0-%d: %s" % (len(plan.tasks) - 1, spec))
-    return [plan.tasks[i] for i in indexes]
+    return list(plan.tasks) if spec == "all" else tasks_at(plan, spec)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -46,6 +46,19 @@ def _index_from(environ: Mapping[str, str], index_variable: str) -> int:
     return int(environ[variable])
 
 
+def tasks_at(plan: RunPlan, indexes: str) -> List[TaskInfo]:
+    """The tasks at ``indexes`` (``I,J,...``) of ``plan``; TaskIdentityError when they
+    are no task indexes of it."""
+    try:
+        found = [int(i) for i in indexes.split(INDEX_SEPARATOR)]
+    except ValueError:
+        raise TaskIdentityError("not task indexes: %r" % indexes) from None
+    if any(not 0 <= i < len(plan.tasks) for i in found):
+        raise TaskIdentityError("task index out of range 0-%d: %s"
+                                % (len(plan.tasks) - 1, indexes))
+    return [plan.tasks[i] for i in found]
+
+
 def resolve_group(plan: RunPlan, environ: Mapping[str, str], groups: str,
                   index_variable: str) -> List[TaskInfo]:
     """The tasks of the group of ``groups`` (``format_groups``) that ``$index_variable``
@@ -56,13 +69,9 @@ def resolve_group(plan: RunPlan, environ: Mapping[str, str], groups: str,
         raise TaskIdentityError("group %d out of range 0-%d of --task-groups"
                                 % (index, len(parts) - 1))
     try:
-        indexes = [int(i) for i in parts[index].split(INDEX_SEPARATOR)]
-    except ValueError:
-        raise TaskIdentityError("--task-groups: not task indexes: %r" % parts[index]) from None
-    if any(not 0 <= i < len(plan.tasks) for i in indexes):
-        raise TaskIdentityError("--task-groups: task index out of range 0-%d: %s"
-                                % (len(plan.tasks) - 1, parts[index]))
-    return [plan.tasks[i] for i in indexes]
+        return tasks_at(plan, parts[index])
+    except TaskIdentityError as exc:
+        raise TaskIdentityError("--task-groups: %s" % exc) from None
 
 
 def resolve(plan: RunPlan, environ: Mapping[str, str], index: Optional[int] = None,
