@@ -12,6 +12,7 @@ import json
 import re
 import secrets
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +29,12 @@ from .hostjobs import (
     records,
     start_long_job,
 )
+
+
+def first_word(pid: int) -> str:
+    """The first word of a process's command line."""
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+
 
 BACKENDS = [pytest.param("ssh", marks=pytest.mark.ssh),
             pytest.param("mpi", marks=pytest.mark.mpi)]
@@ -46,6 +53,10 @@ def test_job_spans_the_hosts_and_secrets_never_reach_a_command_line(hosts_cli, h
     run_dir = wait_for(lambda: next(iter(hosts_cli.run_dirs()), None), 60, "the run directory")
     wait_for(lambda: all_running(run_dir, 5), 90, "every task running")
     assert on_command_lines(secret) == []
+    # the roles name their Python by its path: the agents run under it, not the hosts'
+    # python3 (a pyenv shim on the test VM)
+    agents = {rec["supervisor_pid"] for rec in records(run_dir).values()}
+    assert {first_word(pid) for pid in agents} == {sys.executable}
     # MPI: the environment file is gone once every rank's agent started
     # (the controller sees the agents' start records within its polling interval)
     wait_for(lambda: not (run_dir / "mpi" / "environ.json").exists(), 30,

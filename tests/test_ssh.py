@@ -64,7 +64,8 @@ def test_killed_controller_leaves_nothing_on_any_host(hosts_cli, hosts_env, tmp_
 
 
 def test_bad_hosts_are_named_and_nothing_starts(hosts_cli, hosts_env, tmp_path):
-    bad = {"MXBATCH_TEST_HOST_NOPYTHON": "python3 was not found",
+    # the agent runs under the roles' Python, named by its path: the host lacks it
+    bad = {"MXBATCH_TEST_HOST_NOPYTHON": f"{sys.executable} was not found",
            "MXBATCH_TEST_HOST_UNKNOWN_KEY": "host key is not in known_hosts",
            "MXBATCH_TEST_HOST_UNREACHABLE": "Connection refused",
            "MXBATCH_TEST_HOST_NOROUTE": "No route to host"}
@@ -141,7 +142,8 @@ def test_a_host_failing_after_the_others_started_stops_them_all(hosts_cli, hosts
     assert_no_processes(job, timeout=0)  # at once: the CLI has exited
     assert result.returncode == 3, result.stderr
     lines = result.stderr.splitlines()
-    assert any(line.strip().startswith(f"{bad}: python3 was not found") for line in lines), \
+    assert any(line.strip().startswith(f"{bad}: {sys.executable} was not found")
+               for line in lines), \
         result.stderr
     assert "the roles that had started on mxbh1, mxbh2, mxbh3 were stopped" in result.stderr
     assert "Traceback" not in result.stderr

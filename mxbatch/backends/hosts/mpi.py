@@ -77,6 +77,7 @@ from ...spec.typed import Seconds, from_data, option, to_data
 from ..base import RenderedItem
 from ..bundle import runtime_command
 from . import hostfile, placement
+from .agentpython import AGENT_PYTHON_HELP, agent_python
 from .controller import (
     BY,
     ControlledBackend,
@@ -114,7 +115,7 @@ class MpiOptions:
                                         "(--allow-run-as-root, --mca ...)")
     flavor: MpiFlavor = option(MpiFlavor.OPENMPI, "openmpi (Open MPI's mpirun) or mpich "
                                                   "(hydra's mpiexec)")
-    python: str = option("python3", "the Python (3.8 or newer) that runs each host's agent")
+    python: Optional[str] = option(None, AGENT_PYTHON_HELP)
     start_timeout: Seconds = option(120.0, "how long mpirun may take to start every host's "
                                            "agent")
 
@@ -246,8 +247,9 @@ class MpiBackend(ControlledBackend[MpiOptions, MpiRequest]):
                      "--stdin", "none", "-x", f"{wire.JOB_ID}={run.job_id}"]
         else:
             argv += ["-f", hosts_path, "-genv", wire.JOB_ID, run.job_id]
+        python = agent_python(self.options.python, run)
         argv += [*self.options.extra, *runtime_command(
-            self.options.python, layout.runtime, "run", run.run_dir, "--task-from",
+            python, layout.runtime, "run", run.run_dir, "--task-from",
             RANK_VARIABLES, GROUPS_OPTION, dealing.groups, "--environ-file", environ,
             "--exit-zero", "--launcher-signals")]
         setup = MpiSetup(argv=tuple(argv), hostfile=hosts_path,

@@ -37,6 +37,7 @@ from ...spec.typed import Seconds, from_data, option, to_data
 from ..base import RenderedItem
 from ..records import JobRecord
 from . import hostfile, placement
+from .agentpython import AGENT_PYTHON_HELP, agent_python
 from .controller import ControlledBackend, ControlledRequest, Controller, controller_file
 from .sshcontrol import HostPlan, SshController, SshSetup, place_hosts
 from .starters import remote_command
@@ -82,8 +83,7 @@ class SshOptions:
                                          f"${CONFIG_VARIABLE} when it is set")
     connect_timeout: Seconds = option(10.0, "ssh's ConnectTimeout; a host's agent has 30 s "
                                             "more to answer")
-    python: str = option("python3", "the Python (3.8 or newer) that runs the agent on each "
-                                    "host")
+    python: Optional[str] = option(None, AGENT_PYTHON_HELP)
     ssh: str = option("ssh", "the ssh client")
 
 
@@ -180,7 +180,8 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
     def render(self, plan: JobPlan) -> SshRequest:
         found = placement.job_hosts(plan, self.name, self.options.hosts, self.options.hostfile)
         hosts, dealt = found.hosts, found.deal(len(plan.run.tasks))
-        remote = remote_command(plan.job_id, self.options.python)
+        python = agent_python(self.options.python, plan.run)
+        remote = remote_command(plan.job_id, python)
         sync = self.options.sync_dst_dir
         config = self._config(plan)
         plans, spare = [], []
@@ -204,7 +205,7 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
             (plans if tasks else spare).append(
                 HostPlan(host=host.label, tasks=tasks, ssh=tuple(session + ["--", host.name]),
                          remote=remote, rsync=rsync, slots=host.slots, control_path=control))
-        setup = SshSetup(hosts=tuple(plans), python=self.options.python,
+        setup = SshSetup(hosts=tuple(plans), python=python,
                          connect_timeout_s=float(self.options.connect_timeout),
                          sync_dst_dir=sync, spare=tuple(spare))
         return SshRequest(plan=plan, setup=setup, hosts_from=found.source)

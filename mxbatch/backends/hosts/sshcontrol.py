@@ -65,6 +65,7 @@ from ...runtime.states import AbortKind, AbortRecord, EndReason
 from ...runtime.wire import TYPE_KEY, MessageType
 from ...spec.typed import from_data
 from . import hostfile
+from .agentpython import DEFAULT_AGENT_PYTHON
 from .controller import BY, STOP_MARGIN_S, Controller, unavailable
 from .starters import StarterKind, describe_start_failure
 
@@ -106,7 +107,7 @@ class SshSetup:
     task in the first attempt: a relaunch may use them)."""
 
     hosts: Tuple[HostPlan, ...]
-    python: str = "python3"
+    python: str = DEFAULT_AGENT_PYTHON
     connect_timeout_s: float = 10.0
     sync_dst_dir: Optional[str] = None
     spare: Tuple[HostPlan, ...] = ()
