@@ -27,11 +27,12 @@ here also makes dmlc_tracker's ``get_host_ip`` return the bridge address (what
 ``-F $MXBATCH_SSH_CONFIG`` (its ssh launcher takes no config option). mpirun runs as
 root through OMPI_ALLOW_RUN_AS_ROOT*, for both. No traffic leaves the test hosts.
 
-"mxbatch ssh (agents: roles' Python)" runs the hosts' agents under the interpreter the
-roles run (this Python, by its path: ``backends.ssh.python`` and ``backends.mpi.python``
-in a site config file) instead of ``python3``: on the test VM ``python3`` is a pyenv
-shim, a bash script that runs ``pyenv exec``, which launch.py never starts (its roles
-name this Python) and which costs each host's agent its start-up again.
+The roles name this Python by its path, so mxbatch runs the hosts' agents under it too
+(``backends.hosts.agentpython``). "mxbatch ssh (agents: python3)" names ``python3``
+instead (``backends.ssh.python`` and ``backends.mpi.python`` in a site config file), the
+default before: on the test VM ``python3`` is a pyenv shim, a bash script that runs
+``pyenv exec``, which launch.py never starts and which costs each host's agent its
+start-up again.
 
 ``--baseline DIR`` adds "mxbatch ssh (baseline)" and "mxbatch mpi (baseline)": the
 mxbatch of another checkout (DIR first on PYTHONPATH), interleaved with the others, so
@@ -88,8 +89,8 @@ SHIM = ("import os, dmlc_tracker.tracker as tracker\n"
         + LAUNCH_PY_SHIM)
 
 
-#: the name suffix of the runs whose agents run under the roles' Python
-ROLES_PYTHON = " (agents: roles' Python)"
+#: the name suffix of the runs whose agents run under the hosts' python3
+AGENTS_PYTHON3 = " (agents: python3)"
 
 
 def launchers(hostfile: str, baseline: bool) -> Dict[str, object]:
@@ -110,7 +111,7 @@ def launchers(hostfile: str, baseline: bool) -> Dict[str, object]:
         if baseline:
             found[f"mxbatch {kind} (baseline)"] = mxbatch(kind)
         found[f"mxbatch {kind}"] = mxbatch(kind)
-        found[f"mxbatch {kind}{ROLES_PYTHON}"] = mxbatch(kind)
+        found[f"mxbatch {kind}{AGENTS_PYTHON3}"] = mxbatch(kind)
     return found
 
 
@@ -210,16 +211,16 @@ def main() -> None:
                   "set: every mxbatch start there compiles it (python -m compileall mxbatch)")
     makers = {name: make for name, make in launchers(str(hostfile), bool(args.baseline)).items()
               if args.only is None or f" {args.only}" in name}
-    site_config = work / "roles-python.yaml"
-    site_config.write_text(f"defaults:\n  backends:\n    ssh: {{python: {sys.executable}}}\n"
-                           f"    mpi: {{python: {sys.executable}}}\n")
+    site_config = work / "agents-python3.yaml"
+    site_config.write_text("defaults:\n  backends:\n    ssh: {python: python3}\n"
+                           "    mpi: {python: python3}\n")
     env_of = {name: dict(env, PATH=f"{wrapper}:{env['PATH']}",
                          BENCH_HOST_IP=hosts["MXBATCH_TEST_BRIDGE_IP"])
               if name.startswith("launch.py") else
               dict(env, PYTHONPATH=str(Path(args.baseline).resolve()))
               if name.endswith("(baseline)") else
               dict(env, MXBATCH_CONFIG=str(site_config))
-              if name.endswith(ROLES_PYTHON) else env for name in makers}
+              if name.endswith(AGENTS_PYTHON3) else env for name in makers}
     results: Dict[str, List[dict]] = {name: [] for name in makers}
     for _ in range(args.repeat):
         for name, make in makers.items():  # interleaved: the same machine state for all
