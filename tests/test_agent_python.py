@@ -31,6 +31,13 @@ def test_this_interpreter_by_its_path_is_the_agents():
         sys.executable
 
 
+def test_after_env_and_its_variables():
+    assert roles_python([["env", "A=1", "B=x=y", sys.executable, "t.py"]]) == sys.executable
+    assert roles_python([["/usr/bin/env", sys.executable, "t.py"]]) == sys.executable
+    assert roles_python([["env", "-i", sys.executable, "t.py"]]) is None  # options: no
+    assert roles_python([["env", "A=1"]]) is None
+
+
 def test_a_python_named_3_8_or_newer_after_its_links(tmp_path):
     assert roles_python([[interpreter(tmp_path / "a", "python3.8"), "t.py"]]) == \
         str(tmp_path / "a" / "python")

@@ -9,7 +9,8 @@ or an old system Python. The roles' interpreter, when their command names it by 
 path, is on every host the job runs on (the roles could not start otherwise). So:
 
 - every task's command starts with the same absolute path of a Python (the file name,
-  after its links here, is ``python``, ``python3`` or ``python3.N``), the roles run as
+  after its links here, is ``python``, ``python3`` or ``python3.N``; after ``env`` and
+  its ``NAME=VALUE`` words too), the roles run as
   bare processes (a container's interpreter says nothing of the host's), and this
   machine can tell from the path that it is 3.8 or newer (it is this interpreter, links
   resolved, or its real name is ``python3.N`` with N >= 8): the agents run under it;
@@ -53,13 +54,28 @@ def agent_python(configured: Optional[str], run: RunPlan) -> str:
 def roles_python(commands: Sequence[Sequence[str]]) -> Optional[str]:
     """The absolute path of a Python 3.8+ that starts every one of ``commands``, as far
     as this machine can tell; None when they do not all start with one."""
-    firsts = {command[0] for command in commands if command}
-    if len(firsts) != 1 or len(commands) != sum(1 for c in commands if c):
+    programs = {program_of(command) for command in commands}
+    if len(programs) != 1 or None in programs:
         return None
-    program = firsts.pop()
+    program = programs.pop()
     if not os.path.isabs(program):
         return None
     return program if _is_recent_python(program) else None
+
+
+def program_of(command: Sequence[str]) -> Optional[str]:
+    """The program ``command`` runs: its first word, or the one after ``env`` and its
+    ``NAME=VALUE`` words (launch.py's ssh launcher passes no environment, so its users
+    write ``env NAME=VALUE /path/python train.py``); None for an empty command or an
+    ``env`` with options."""
+    words = list(command)
+    if words and os.path.basename(words[0]) == "env":
+        words = words[1:]
+        while words and "=" in words[0] and not words[0].startswith("-"):
+            words = words[1:]
+        if words and words[0].startswith("-"):
+            return None
+    return words[0] if words else None
 
 
 def _is_recent_python(path: str) -> bool:
