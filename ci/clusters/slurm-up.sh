@@ -30,6 +30,8 @@
 #                               good test hosts, at least one, make partition tiny)
 #        MXBATCH_SLURM_GPUS     fake GPUs of each debug node (default 2; 0..5, 0: no
 #                               GRES at all)
+#        MXBATCH_SLURM_CPUS     CPUs each debug node advertises (default 4; more than
+#                               the machine's cores oversubscribes it: bench/scale.py)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -59,7 +61,11 @@ declare -A NODE_ADDR=()       # node -> its address
 declare -A NODE_NETNS=()      # node -> "net:[inode]" of its host
 BRIDGE_IP=
 HOSTS_EXEC=
-DEBUG_CPUS=4                  # advertised (config_overrides), not real cores
+DEBUG_CPUS=${MXBATCH_SLURM_CPUS:-4}  # advertised (config_overrides), not real cores
+if [[ ! $DEBUG_CPUS =~ ^[1-9][0-9]{0,3}$ ]]; then
+    echo "slurm-up: MXBATCH_SLURM_CPUS must be 1..9999, not '$DEBUG_CPUS'" >&2
+    exit 2
+fi
 # The fake GPUs of each debug node (GRES): links named gpu0, gpu1... to these devices
 GPU_DEVICES=(/dev/null /dev/zero /dev/full /dev/random /dev/urandom)
 DEBUG_GPUS=${MXBATCH_SLURM_GPUS:-2}
