@@ -1,18 +1,12 @@
 """The agent of one ssh host, reached only through its ssh session (no shared storage).
 
-The submit host runs ``ssh HOST exec env MXBATCH_JOB_ID=<job> python3 -S -c BOOTSTRAP``
+The submit host runs ``ssh HOST exec env MXBATCH_JOB_ID=<job> PYTHON -S -c BOOTSTRAP``
 and writes to the session's stdin, in order:
 
-1. 16 ASCII digits: the size of the runtime zipapp, then its bytes. ``BOOTSTRAP``
-   (Python 3.0 syntax, so that an old ``python3`` can still say what is wrong) checks
-   the version (exit ``VERSION_EXIT`` below 3.8), writes the zipapp into a new private
-   directory (``mkdtemp``, mode 0700) and runs it in the same process, as
-   ``runtime.pyz remote DIR`` would (``main`` here: no second interpreter start), which
-   speaks ``channel`` messages on the same stdin and stdout. ``python3 -S``: the
-   runtime needs the standard library only, so the interpreter skips ``site`` (its
-   ``.pth`` files may import whole packages); the bootstrap drops ``-c``'s current
-   directory from ``sys.path`` before importing anything, so that no file in the
-   login directory stands in for a standard module;
+1. the runtime zipapp, which the bootstrap (``bootstrap.BOOTSTRAP``: the Python 3.0
+   command line that reads it, checks the version, and runs it in the same process as
+   ``runtime.pyz remote DIR``, ``main`` here) takes from the session, or from a
+   connection back to the controller (``bootstrap``'s docstring);
 2. ``{"t": "setup", "plan": PLAN_JSON, "env": ENV, "tasks": [I, ...], "host": NAME,
    "check_workdir": BOOL, "make_dirs": [...], "attempt": K, "restart_reason": R}``:
    the plan (``run_dir`` becomes DIR; its deadlines the attempt's),
@@ -31,14 +25,6 @@ and writes to the session's stdin, in order:
    another host fail its check later, the controller writes the job's abort, which
    this agent reads as any abort: it stops its roles and ends.
 
-**Connecting back.** With two arguments, ``python3 -S -c BOOTSTRAP ADDRESS PORT``, the
-bootstrap first reads a ``TOKEN_BYTES`` token from stdin, connects to ``ADDRESS:PORT``
-(the controller), sends the token, and makes that connection its stdin and stdout: all
-of the above then goes over TCP. For starters whose stdio is no reliable byte stream:
-SGE's builtin ``qrsh -inherit`` drops stdin data when its sending buffer is full (its
-client's ``tty_to_commlib`` loop: "couldn't write all data", left as a TODO), which
-lost parts of the zipapp on a loaded test cell.
-
 The directory is removed when the agent ends. Anything the runtime prints goes to
 stderr (fd 1 is pointed there once the channel has its own copy of it).
 """
@@ -56,62 +42,16 @@ from .channel import Channel, ChannelClosed, Message
 from .channelrdv import ChannelRendezvous
 from .environ import device_shares, visible_devices
 from .planfile import RunPlan, TaskInfo
-from .wire import GPU_SHARES, JOB_ID, TYPE_KEY, MessageType
+from .wire import GPU_SHARES, TYPE_KEY, MessageType
 
-#: the bootstrap's exit status when the remote python3 is older than 3.8
-VERSION_EXIT = 97
-#: the width of the zipapp's size before its bytes
-SIZE_DIGITS = 16
 #: how long the agent waits for its setup message
 SETUP_TIMEOUT_S = 60.0
-#: the size of the token a connecting-back agent reads from stdin and sends first
-TOKEN_BYTES = 32
-
-BOOTSTRAP = r"""
-import os, sys
-if sys.path and sys.path[0] == "":
-    del sys.path[0]
-if sys.version_info < (3, 8):
-    sys.stderr.write("mxbatch: %s is Python %d.%d; mxbatch needs Python 3.8 or newer\n"
-                     % (sys.executable, sys.version_info[0], sys.version_info[1]))
-    sys.exit(97)
-import tempfile
-def read(n):
-    data = b""
-    while len(data) < n:
-        chunk = os.read(0, n - len(data))
-        if not chunk:
-            sys.exit(0)
-        data += chunk
-    return data
-if len(sys.argv) == 3:
-    import socket
-    token = read(@TOKEN_BYTES@)
-    sock = socket.create_connection((sys.argv[1], int(sys.argv[2])), 60)
-    sock.settimeout(None)
-    sock.sendall(token)
-    os.dup2(sock.fileno(), 0)
-    os.dup2(sock.fileno(), 1)
-size = int(read(16))
-path = tempfile.mkdtemp(prefix="mxbatch-%s-" % os.environ.get("@JOB_ID@", "job"))
-with open(os.path.join(path, "runtime.pyz"), "wb") as out:
-    out.write(read(size))
-pyz = os.path.join(path, "runtime.pyz")
-sys.argv = [pyz, "remote", path]
-import runpy
-runpy.run_path(pyz, run_name="__main__")
-""".strip().replace("@JOB_ID@", JOB_ID).replace("@TOKEN_BYTES@", str(TOKEN_BYTES))
 
 #: variables of the submitter's environment that describe its own session, not a job:
 #: the remote host's own values stay
 SESSION_VARIABLES = ("HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_", "DISPLAY", "XAUTHORITY",
                      "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK",
                      "SSH_ORIGINAL_COMMAND")
-
-
-def zipapp_header(size: int) -> bytes:
-    """What precedes the zipapp's bytes on the channel."""
-    return b"%0*d" % (SIZE_DIGITS, size)
 
 
 def merged_environment(own: Mapping[str, str], submitted: Mapping[str, str]) -> Dict[str, str]:

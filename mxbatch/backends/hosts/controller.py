@@ -47,6 +47,7 @@ import subprocess
 import sys
 import time
 from typing import (
+    TYPE_CHECKING,
     Any,
     Callable,
     ClassVar,
@@ -72,8 +73,10 @@ from ...runtime.states import AbortKind, AbortRecord, EndReason, TaskRecord, Tas
 from ...spec.plan import JobPlan
 from ..base import Backend, Handle, RenderedItem, Request, Rollback, stand_in_plan
 from ..records import JobRecord
-from ..status import JobStatus
 from ..supervised import status_supervised_here
+
+if TYPE_CHECKING:  # pragma: no cover: a job's roles start before anyone asks its status
+    from ..status import JobStatus
 
 #: after the abort, hosts get the grace period plus this long to end by themselves
 STOP_MARGIN_S = 10.0

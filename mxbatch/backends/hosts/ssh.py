@@ -27,10 +27,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from ...errors import BackendUnavailable, SpecError
 from ...quoting import quote, shell_words
 from ...runtime import wire
+from ...runtime.bootstrap import BOOTSTRAP
 from ...runtime.jobloop import AttemptContext
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan
-from ...runtime.remote import BOOTSTRAP
 from ...runtime.rendezvous import read_json
 from ...spec.plan import JobPlan
 from ...spec.typed import Seconds, from_data, option, to_data
@@ -104,7 +104,7 @@ class SshRequest(ControlledRequest):
             text = (f"tasks: {', '.join(tasks[i].label for i in host.tasks)}\n"
                     f"{host.starter.value}: {shell_words(host.ssh)} REMOTE_COMMAND\n"
                     f"REMOTE_COMMAND: {remote}\n"
-                    f"BOOTSTRAP: mxbatch/runtime/remote.py's ({len(BOOTSTRAP)} characters; "
+                    f"BOOTSTRAP: mxbatch/runtime/bootstrap.py's ({len(BOOTSTRAP)} characters; "
                     "render --json shows it)\n"
                     "stdin: the runtime zipapp, the plan, the environment")
             if host.rsync:

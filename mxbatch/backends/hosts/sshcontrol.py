@@ -50,6 +50,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ...errors import MxbatchError
 from ...runtime import osbytes, wire
 from ...runtime.attempts import AttemptEnd
+from ...runtime.bootstrap import TOKEN_BYTES, VERSION_EXIT, zipapp_header
 from ...runtime.channel import Channel, ChannelClosed, Message, decode_bytes
 from ...runtime.channelrdv import PUSHED, serve_call
 from ...runtime.files import unlink_quietly
@@ -57,7 +58,6 @@ from ...runtime.jobloop import AttemptContext
 from ...runtime.logfile import TaskLog
 from ...runtime.net import interface_ip, source_ip_towards
 from ...runtime.planfile import RunPlan
-from ...runtime.remote import TOKEN_BYTES, VERSION_EXIT, zipapp_header
 from ...runtime.rendezvous import TaskKey
 from ...runtime.roles import Role
 from ...runtime.spawn import start_dying_with_parent

@@ -47,7 +47,7 @@ from typing import List, Optional
 
 from ...quoting import quote
 from ...runtime import wire
-from ...runtime.remote import BOOTSTRAP, VERSION_EXIT
+from ...runtime.bootstrap import BOOTSTRAP, VERSION_EXIT
 from .. import bundle
 
 
