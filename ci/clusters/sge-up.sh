@@ -61,6 +61,9 @@ readonly MAIN_QUEUE=all.q
 readonly SLOTS=${SGE_SLOTS:-8}
 readonly SMALL_QUEUE=${SGE_SMALL_QUEUE-tiny.q}
 readonly SMALL_SLOTS=${SGE_SMALL_SLOTS:-2}
+# the first of the jobs' additional group ids (gid_range): above the 16-bit ids, so
+# none is a group of this machine's (65534 is nogroup)
+readonly GID_BASE=70000
 readonly GPU_COUNT=4
 readonly TIMEOUT=${MXBATCH_SGE_TIMEOUT:-120}
 readonly DAEMON_LOG=$SPOOL/mxbatch-daemons.log
@@ -370,13 +373,17 @@ configure_global() {
         >"$WORK/global"
     # root jobs (default 1000); load reports every 5 s, not 40 s (a fresh execd
     # shows load values sooner); a dead execd noticed after 1 min, not 5; the
-    # accounting file (qacct) written at once
+    # accounting file (qacct) written at once; a group id for each job an execd runs
+    # at once (the default 65400-65500 holds 101: more slots than that on a host, and
+    # the execd fails the rest, "can not find an unused add_grp_id", qacct's "failed 1
+    # : assumedly before job")
     set_attrs "$WORK/global" min_uid=0 min_gid=0 load_report_time=00:00:05 max_unheard=00:01:00 \
+        "gid_range=$GID_BASE-$((GID_BASE + SLOTS + SMALL_SLOTS + 100))" \
         "reporting_params=accounting=true reporting=false flush_time=00:00:01 joblog=false sharelog=00:00:00 accounting_flush_time=00:00:00"
     same "$WORK/global" qconf -sconf global && return
     must qconf -Mconf "$WORK/global"
     same "$WORK/global" qconf -sconf global || die "global config did not take (qconf -sconf global)"
-    log "global config updated (min_uid/min_gid 0, fast load reports and accounting)"
+    log "global config updated (min_uid/min_gid 0, fast load reports and accounting, gid_range)"
 }
 
 configure_scheduler() {
