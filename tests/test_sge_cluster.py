@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,29 @@ def test_a_task_in_the_error_state_fails_the_job_and_cancel_removes_it(sge, tmp_
     assert result.returncode == 0, result.stderr
     assert not sge_queued(sge, job)
     assert sge.status(job)["state"] == "CANCELLED"
+    assert_no_processes(job)
+
+
+def test_a_task_whose_supervisor_never_ran_is_lost_in_sges_words(sge, tmp_path):
+    """Held in the queue (qsub -h) while its run directory loses the runtime (as a node
+    that cannot see the run directory would), each task's supervisor cannot start once
+    released: the job fails, and the first such task's note quotes SGE's accounting
+    (the task's exit status) and the qacct command that shows it."""
+    spec = fake_spec(tmp_path, "sge", "submitter: qsub, native: [-h]", name="sge-gone",
+                     workers=1)
+    job = sge.submit(spec, "--backend", "sge")
+    run_dir = run_dir_of(sge, job)
+    (run_dir / "runtime.pyz").unlink()
+    numbers = sorted(set(sge.handle(job)["job_ids"].values()), key=int)
+    subprocess.run(["qrls", *numbers], env=sge.env, check=True, capture_output=True)
+    result = sge.run("wait", job, "--timeout", "120")
+    assert result.returncode == 1, result.stderr
+    scheduler_job = sge.handle(job)["job_ids"]["scheduler"]
+    assert ("scheduler[0] lost: left the queue without starting: SGE says exit status 2 "
+            "before its supervisor wrote a record "
+            f"(`qacct -j {scheduler_job} -t 1`)") in result.stderr
+    assert "Traceback" not in result.stderr
+    wait_queue_empty(lambda: sge_queued(sge, job), job, 30)
     assert_no_processes(job)
 
 

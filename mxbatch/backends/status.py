@@ -147,19 +147,49 @@ class JobStatus:
         return max(ends) if self.terminal and ends else None
 
 
+#: a task the scheduler no longer holds whose supervisor never wrote a record
+NEVER_STARTED = "left the queue without starting"
+
+
+def never_started_note(said: str = "") -> str:
+    """Why a task that left the queue without starting is lost: what the scheduler's
+    accounting says (``said``) when the backend has it, else where to look."""
+    if said:
+        return f"{NEVER_STARTED}: {said}"
+    return f"{NEVER_STARTED} (can its node see the run directory? `mxbatch doctor` checks)"
+
+
+def never_started(plan: RunPlan, records: Mapping[TaskKey, TaskRecord],
+                  native: Mapping[TaskKey, NativeState]) -> List[TaskKey]:
+    """The tasks the scheduler no longer holds whose supervisor never wrote a record
+    (or only its pending one), in task order."""
+    found = []
+    for info in plan.tasks:
+        key = (info.role, info.rank)
+        record = records.get(key)
+        if native.get(key) is NativeState.GONE and (
+                record is None or record.state is TaskState.PENDING):
+            found.append(key)
+    return found
+
+
 def merge(plan: RunPlan, backend: str, records: Mapping[TaskKey, TaskRecord],
           abort: Optional[AbortRecord], native: Mapping[TaskKey, NativeState],
           native_ids: Optional[Mapping[TaskKey, str]] = None,
-          lost_note: str = "") -> JobStatus:
+          lost_note: str = "", gone_notes: Optional[Mapping[TaskKey, str]] = None
+          ) -> JobStatus:
     """The job's status from records, abort record and native task states.
     ``lost_note``: why an active task whose native state is gone is lost, when the
-    backend knows better than "its supervisor is gone without a final record"."""
+    backend knows better than "its supervisor is gone without a final record";
+    ``gone_notes``: what the scheduler says of tasks that left its queue without
+    starting (``never_started_note``)."""
     tasks = []
     for info in plan.tasks:
         key = (info.role, info.rank)
         tasks.append(_task_status(info.role, info.rank, records.get(key),
                                   native.get(key, NativeState.UNKNOWN), abort,
-                                  (native_ids or {}).get(key), lost_note))
+                                  (native_ids or {}).get(key), lost_note,
+                                  (gone_notes or {}).get(key, "")))
     _set_kv_ranks(tasks, records)
     active = any(t.state.active for t in tasks)
     queued = any(t.state is TaskState.PENDING for t in tasks)
@@ -250,7 +280,7 @@ def _cause_task(abort: AbortRecord, tasks: List[TaskStatus]) -> str:
 
 def _task_status(role: Role, rank: int, record: Optional[TaskRecord], native: NativeState,
                  abort: Optional[AbortRecord], native_id: Optional[str],
-                 lost_note: str = "") -> TaskStatus:
+                 lost_note: str = "", gone_note: str = "") -> TaskStatus:
     if record is None:
         record = TaskRecord(role=role, rank=rank, state=TaskState.PENDING)
     state = record.state
@@ -262,8 +292,7 @@ def _task_status(role: Role, rank: int, record: Optional[TaskRecord], native: Na
         if abort is not None:
             state, note = TaskState.CANCELLED, "never started: " + abort.reason
         else:
-            state, note = TaskState.LOST, ("left the queue without starting (can its node "
-                                           "see the run directory? `mxbatch doctor` checks)")
+            state, note = TaskState.LOST, never_started_note(gone_note)
     elif state is TaskState.PENDING and native is NativeState.ACTIVE:
         state = TaskState.STARTING
     return TaskStatus.of_record(record, state=state, note=note, native=native_id)

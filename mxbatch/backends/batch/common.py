@@ -57,7 +57,15 @@ from ..base import (
     load_run_plan,
 )
 from ..records import JobRecord
-from ..status import JobState, JobStatus, NativeState, TaskKey, merge, with_attempts
+from ..status import (
+    JobState,
+    JobStatus,
+    NativeState,
+    TaskKey,
+    merge,
+    never_started,
+    with_attempts,
+)
 from . import drmaa as drmaa_glue
 from .jobscript import (
     Directive,
@@ -430,8 +438,11 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
         else:
             view = self.native_view(self.handle_of(record), run)
         abort = rdv.read_abort()
-        status = merge(run, self.name, rdv.read_tasks(run.task_keys()), abort, view.states,
-                       view.ids)
+        records = rdv.read_tasks(run.task_keys())
+        gone = never_started(run, records, view.states) if abort is None else []
+        said = self.why_gone(view.ids[gone[0]]) if gone and gone[0] in view.ids else ""
+        status = merge(run, self.name, records, abort, view.states, view.ids,
+                       gone_notes={gone[0]: said} if said else None)
         status = self.with_held_tasks(status, view, aborted=abort is not None)
         return with_attempts(status, run, attempts, driver_alive(attempts))
 
@@ -487,6 +498,12 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
                           lambda job_id=job_id: self.delete_ids([job_id], force=True))
             ids[name] = job_id
         return self.handle_from_ids(submitter, ids)
+
+    def why_gone(self, native_id: str) -> str:
+        """What the scheduler's accounting says of task ``native_id`` (``12.3``), which
+        left its queue without starting (only the first such task of a job is asked);
+        empty when it says nothing useful. Default: nothing."""
+        return ""
 
     def with_held_tasks(self, status: JobStatus, view: NativeView, aborted: bool) -> JobStatus:
         """Tasks the scheduler holds in an error state never start: they fail the job

@@ -32,11 +32,12 @@ import enum
 import os
 import re
 import shutil
+import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ...errors import BackendUnavailable
+from ...errors import BackendUnavailable, MxbatchError
 from ...runtime.jobloop import AttemptContext
 from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan
@@ -172,6 +173,31 @@ def parse_qstat_xml(text: str) -> Dict[Tuple[str, int], str]:
 def parse_error_reasons(text: str) -> Dict[int, str]:
     """``{task id: reason}`` from ``qstat -j JOB`` (tasks in the error state)."""
     return {int(m.group("task")): m.group("reason") for m in ERROR_REASON.finditer(text)}
+
+
+#: how long ``why_gone`` waits for a gone task's accounting record, and how often it asks
+ACCOUNTING_WAIT_S = 3.0
+ACCOUNTING_POLL_S = 0.5
+
+
+def accounting_failure(text: str) -> str:
+    """Why SGE ended a task, from its accounting record (``qacct -j JOB -t TASK``; the
+    last record when it was rescheduled): ``failed 1: assumedly before job`` (the
+    execd could not start it) or the exit status of a task whose supervisor died before
+    writing a record; empty when the record says neither (or there is none)."""
+    failed = status = ""
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "failed":
+            failed = " ".join(value.split())
+        elif name == "exit_status":
+            status = value.strip()
+    code, _, words = failed.partition(":")
+    if code.strip() not in ("", "0"):
+        return f"failed {code.strip()}: {words.strip()}" if words.strip() else f"failed {code}"
+    if status not in ("", "0"):
+        return f"exit status {status} before its supervisor wrote a record"
+    return ""
 
 
 def script_token(token: str) -> str:
@@ -470,6 +496,30 @@ class SgeBackend(BatchBackend[SgeHandle]):
         """Why SGE holds the tasks of job ``number`` in the error state (``qstat -j``)."""
         result = self.run_command(["qstat", "-j", number], timeout=30, check=False)
         return parse_error_reasons(result.stdout)
+
+    def why_gone(self, native_id: str) -> str:
+        """SGE's accounting of the task (``accounting_failure``); a failure to start is
+        the execd's, whose messages file on the task's host says more. The qmaster
+        writes a task's record just after it has left the queue (``qstat``): a task
+        without one yet is asked again for up to ``ACCOUNTING_WAIT_S`` (a cell that
+        flushes its accounting later, 15 s by default, then gets the generic hint)."""
+        number, _, task = native_id.partition(".")
+        argv = ["qacct", "-j", number, "-t", task or "1"]
+        deadline = time.monotonic() + ACCOUNTING_WAIT_S
+        while True:
+            try:
+                result = self.run_command(argv, check=False, timeout=10)
+            except MxbatchError:  # no accounting here (or too slow): the generic hint
+                return ""
+            if result.returncode == 0 or time.monotonic() >= deadline:
+                break
+            time.sleep(ACCOUNTING_POLL_S)
+        said = accounting_failure(result.stdout)
+        if not said:
+            return ""
+        where = ("; the execd's messages file on its host says why"
+                 if said.startswith("failed") else "")
+        return f"SGE says {said} (`{' '.join(argv)}`{where})"
 
     def delete(self, handle: SgeHandle, force: bool = False) -> None:
         job_ids = list(handle.job_ids.values())
