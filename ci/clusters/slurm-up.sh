@@ -32,6 +32,8 @@
 #                               GRES at all)
 #        MXBATCH_SLURM_CPUS     CPUs each debug node advertises (default 4; more than
 #                               the machine's cores oversubscribes it: bench/scale.py)
+#        MXBATCH_SLURM_MESSAGE_TIMEOUT  MessageTimeout and BatchStartTimeout, seconds
+#                               (default 10, Slurm's; bench/scale.py's 1,000 tasks: 120)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -75,6 +77,11 @@ if [[ ! $DEBUG_GPUS =~ ^[0-9]$ ]] || ((DEBUG_GPUS > ${#GPU_DEVICES[@]})); then
 fi
 GRES_CONF=$BASE/etc/gres.conf
 TINY_CPUS=1
+MESSAGE_TIMEOUT=${MXBATCH_SLURM_MESSAGE_TIMEOUT:-10}
+if [[ ! $MESSAGE_TIMEOUT =~ ^[1-9][0-9]{0,3}$ ]]; then
+    echo "slurm-up: MXBATCH_SLURM_MESSAGE_TIMEOUT must be 1..9999, not '$MESSAGE_TIMEOUT'" >&2
+    exit 2
+fi
 NODE_MEM_MB=4096
 
 # start_daemon LOG CMD... : run a self-daemonizing CMD with stdio on LOG and
@@ -301,7 +308,12 @@ KillWait=2
 InactiveLimit=0
 SlurmctldTimeout=30
 SlurmdTimeout=60
-MessageTimeout=10
+# A node that cannot answer within MessageTimeout, or confirm a batch job's launch
+# within BatchStartTimeout, has the job requeued (and killed if it had started): the
+# defaults (10 s) hold up to 256 array tasks on this 2-core machine, bench/scale.py's
+# 512 and 1,000 need more (MXBATCH_SLURM_MESSAGE_TIMEOUT).
+MessageTimeout=$MESSAGE_TIMEOUT
+BatchStartTimeout=$MESSAGE_TIMEOUT
 # Every node is a test host: a network namespace with its own address and hostname.
 NodeName=DEFAULT RealMemory=$NODE_MEM_MB State=UNKNOWN
 $(node_lines)
