@@ -21,6 +21,10 @@ def test_the_execd_failing_to_start_a_task():
     assert accounting_failure(text) == "failed 1: assumedly before job"
 
 
+def test_a_failure_code_without_words():
+    assert accounting_failure(RECORD.format(failed="37", status="0")) == "failed 37"
+
+
 def test_a_supervisor_that_died_before_its_first_record():
     assert accounting_failure(RECORD.format(failed="0", status="2")) == \
         "exit status 2 before its supervisor wrote a record"

@@ -194,7 +194,8 @@ def accounting_failure(text: str) -> str:
             status = value.strip()
     code, _, words = failed.partition(":")
     if code.strip() not in ("", "0"):
-        return f"failed {code.strip()}: {words.strip()}" if words.strip() else f"failed {code}"
+        return f"failed {code.strip()}: {words.strip()}" if words.strip() \
+            else f"failed {code.strip()}"
     if status not in ("", "0"):
         return f"exit status {status} before its supervisor wrote a record"
     return ""

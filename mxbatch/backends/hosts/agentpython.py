@@ -10,10 +10,10 @@ path, is on every host the job runs on (the roles could not start otherwise). So
 
 - every task's command starts with the same absolute path of a Python (the file name,
   after its links here, is ``python``, ``python3`` or ``python3.N``; after ``env`` and
-  its ``NAME=VALUE`` words too), the roles run as
-  bare processes (a container's interpreter says nothing of the host's), and this
-  machine can tell from the path that it is 3.8 or newer (it is this interpreter, links
-  resolved, or its real name is ``python3.N`` with N >= 8): the agents run under it;
+  its ``NAME=VALUE`` words too), the roles run as bare processes (a container's
+  interpreter says nothing of the host's), and this machine can tell from the path that
+  it is 3.8 or newer (it is this interpreter, links resolved, or its real name is
+  ``python3.N`` with N >= 8): the agents run under it;
 - anything else (a bare ``python3 train.py``, a shell script, a path this machine
   lacks or whose version it cannot tell): ``python3``, as launch.py's roles would find.
 
