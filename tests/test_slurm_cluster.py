@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
+
+from mxbatch.backends.batch.slurm import SlurmBackend, SlurmOptions
 
 from .clusterjobs import (
     assert_job_environment,
@@ -19,7 +22,7 @@ from .clusterjobs import (
     slurm_queued,
     wait_queue_empty,
 )
-from .conftest import Cli, assert_no_processes
+from .conftest import Cli, assert_no_processes, wait_for
 
 pytestmark = [pytest.mark.slurm]
 
@@ -118,3 +121,23 @@ def test_one_roles_rejected_array_takes_the_others_submitted_with_it(slurm, tmp_
     assert states.get("worker") in (None, "FAILED"), states  # a record of the refusal
     assert not slurm_queued(slurm, "slurm-one-rejected")
     assert slurm.run_dirs() == []
+
+
+def test_withdrawing_a_started_job_returns_once_slurm_lists_nothing_of_it(slurm, monkeypatch):
+    """What a refused submission's rollback does to the roles' jobs already queued
+    (``BatchBackend.withdraw``): a job that had started is killed, and withdraw returns
+    only once squeue no longer lists it (not while it is COMPLETING on its node)."""
+    for name, value in slurm.env.items():
+        monkeypatch.setenv(name, value)
+    submitted = subprocess.run(["sbatch", "--parsable", "--job-name", "mxbatch-withdraw",
+                                "-o", "/dev/null", "--wrap", "sleep 300"],
+                               env=slurm.env, capture_output=True, text=True, check=True)
+    job = submitted.stdout.strip().split(";")[0]
+
+    def state() -> str:
+        return subprocess.run(["squeue", "--noheader", "--format", "%T", "--jobs", job],
+                              env=slurm.env, capture_output=True, text=True).stdout.strip()
+
+    wait_for(lambda: state() == "RUNNING", 60, "the job running")
+    SlurmBackend(SlurmOptions()).withdraw([job])
+    assert state() == ""

@@ -109,6 +109,12 @@ class BatchRequest(Request):
                         for name, text in self.scripts.items()]
 
 
+#: how long undoing a submission waits for the scheduler to end what it deleted, and
+#: how often it looks
+WITHDRAW_TIMEOUT_S = 30.0
+WITHDRAW_POLL_S = 0.25
+
+
 @dataclasses.dataclass
 class NativeView:
     """What the scheduler says of each task of a job: its state, its native id
@@ -372,7 +378,7 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
                 failure = failure or exc
                 continue
             rollback.push(f"{self.scheduler} job {job_id}",
-                          lambda job_id=job_id: self.delete_ids([job_id], force=True))
+                          lambda job_id=job_id: self.withdraw([job_id]))
             ids[name] = job_id
         if failure is not None:
             raise failure
@@ -495,9 +501,24 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
             command = list(argv[:-1]) + self.attempt_options(run, name, attempt) + [argv[-1]]
             job_id = self.submit_script(command)
             rollback.push(f"{self.scheduler} job {job_id}",
-                          lambda job_id=job_id: self.delete_ids([job_id], force=True))
+                          lambda job_id=job_id: self.withdraw([job_id]))
             ids[name] = job_id
         return self.handle_from_ids(submitter, ids)
+
+    def withdraw(self, job_ids: Sequence[str]) -> None:
+        """Undo the submission of ``job_ids``: delete them (forced), then wait, at most
+        ``WITHDRAW_TIMEOUT_S``, until the scheduler lists none of them any more (a task
+        that had started is killed, and listed while it ends): nothing of a refused
+        submission is left on a node when the command returns."""
+        self.delete_ids(job_ids, force=True)
+        deadline = time.monotonic() + WITHDRAW_TIMEOUT_S
+        while self.listed(job_ids) and time.monotonic() < deadline:
+            time.sleep(WITHDRAW_POLL_S)
+
+    def listed(self, job_ids: Sequence[str]) -> bool:
+        """Whether the scheduler still lists a task of ``job_ids`` (queued, running or
+        ending); False when it cannot be asked. Default: never (deleted at once)."""
+        return False
 
     def why_gone(self, native_id: str) -> str:
         """What the scheduler's accounting says of task ``native_id`` (``12.3``), which

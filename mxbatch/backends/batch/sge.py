@@ -498,6 +498,14 @@ class SgeBackend(BatchBackend[SgeHandle]):
         result = self.run_command(["qstat", "-j", number], timeout=30, check=False)
         return parse_error_reasons(result.stdout)
 
+    def listed(self, job_ids: Sequence[str]) -> bool:
+        """``qstat`` lists a task of ``job_ids`` (queued, running or being deleted)."""
+        try:
+            queue = self.read_queue()
+        except MxbatchError:
+            return False
+        return any(number in job_ids for number, _ in queue)
+
     def why_gone(self, native_id: str) -> str:
         """SGE's accounting of the task (``accounting_failure``); a failure to start is
         the execd's, whose messages file on the task's host says more. The qmaster

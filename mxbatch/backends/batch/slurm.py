@@ -526,6 +526,15 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
             view.states[key] = NativeState.GONE if state is None else native_state(state)
         return view
 
+    def listed(self, job_ids: Sequence[str]) -> bool:
+        """``squeue`` lists a task of ``job_ids`` (pending, running or completing)."""
+        argv = ["squeue", "--noheader", "--array", "--format", "%T", "--jobs", ",".join(job_ids)]
+        try:
+            result = self.run_command(argv, timeout=30, check=False)
+        except MxbatchError:
+            return False
+        return result.returncode == 0 and bool(result.stdout.strip())
+
     def delete(self, handle: SlurmHandle, force: bool = False) -> None:
         self.delete_ids(_job_ids(handle), force)
 
