@@ -156,6 +156,27 @@ def test_a_listener_in_another_network_namespace_is_read_from_its_proc_tables():
         proc.wait(10)
 
 
+def test_a_role_without_a_socket_is_answered_without_reading_the_table(monkeypatch):
+    """A role still starting (importing MXNet: stdout and stderr are pipes, no socket
+    yet) has not reached the scheduler, and saying so reads no connection table (4 ms
+    a family, read by each agent once a second while its members start)."""
+    reads = []
+    tables = listeners._tables
+    monkeypatch.setattr(listeners, "_tables", lambda pid: reads.append(pid) or tables(pid))
+    with _listener() as server:
+        role = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            assert not listeners.socket_inodes([role.pid])
+            assert not listeners.ConnectionTables().connected_to([role.pid],
+                                                                 *server.getsockname())
+            assert reads == []
+        finally:
+            role.stdin.close()
+            role.wait(10)
+
+
 def test_a_round_of_looks_reads_each_namespace_s_connections_once(monkeypatch):
     """``ConnectionTables``: members that reached the scheduler are seen, one that did
     not is not, and the namespace's table is read once for the whole round (it lists
