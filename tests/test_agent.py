@@ -191,13 +191,13 @@ def _voluntary_switches(pid: int) -> int:
 
 
 @pytest.fixture
-def memory_cli(home, tmp_path):
+def memory_cli(home):
     """A ``Cli`` whose run directories are in memory (/dev/shm): record writes' fsyncs
     return at once there, so an agent's sleeps are its loop's alone, not the disk's
-    (a loaded disk makes one fsync sleep many times)."""
+    (a loaded disk makes one fsync sleep many times). ``home`` sets the test's
+    environment (no site config), which the ``Cli`` inherits."""
     with tempfile.TemporaryDirectory(dir="/dev/shm", prefix="mxbatch-test-") as memory:
-        cli = Cli(Path(memory) / "home")
-        yield cli
+        yield Cli(Path(memory) / "home")
 
 
 def test_an_idle_agent_sleeps_until_something_is_due(memory_cli, tmp_path):

@@ -34,7 +34,6 @@ SIZE_DIGITS = 16
 TOKEN_BYTES = 32
 
 
-
 def _filled(template: str) -> str:
     """``template`` with its ``@NAME@`` placeholders replaced by the values above."""
     for name, value in (("@JOB_ID@", JOB_ID), ("@TOKEN_BYTES@", TOKEN_BYTES),
