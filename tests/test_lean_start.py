@@ -32,9 +32,10 @@ FIRST_ROLE_PROBE = textwrap.dedent("""
 """)
 
 #: what neither command needs before its first role (each costs milliseconds): the
-#: plugin scan, the zipapp writer, statistics, other commands' modules, job status
+#: plugin scan, the zipapp writer, statistics, shutil (with bz2 and lzma), other
+#: commands' modules, job status
 NOT_BEFORE_THE_FIRST_ROLE = ("importlib.metadata", "zipfile", "statistics", "secrets",
-                             "tempfile", "mxbatch.backends.status",
+                             "tempfile", "shutil", "bz2", "lzma", "mxbatch.backends.status",
                              "mxbatch.jobs.cause", "mxbatch.cli.listing", "mxbatch.cli.logs",
                              "mxbatch.cli.site", "mxbatch.cli.internal", "mxbatch.doctor.runner")
 

@@ -22,7 +22,6 @@ every ``PLAIN_INTERVAL_S`` anyway; ``QUIET`` prints nothing.
 from __future__ import annotations
 
 import enum
-import shutil
 import time
 from typing import TYPE_CHECKING, Callable, Dict, Optional, TextIO
 
@@ -169,6 +168,8 @@ class Progress:
 
     # -- drawing
     def _draw(self, text: str, now: float) -> None:
+        import shutil  # only where a status line is drawn
+
         width = shutil.get_terminal_size((100, 24)).columns
         if len(text) >= width:
             text = text[:max(1, width - 2)] + "…"
