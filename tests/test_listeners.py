@@ -10,6 +10,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mxbatch.runtime import listeners, net, procstat, sockdiag
 from mxbatch.runtime.listeners import Holder
@@ -96,6 +98,25 @@ def test_a_port_left_in_time_wait_looks_free_and_a_listened_one_does_not():
     assert net.port_is_free("", time_wait_port())
     with _listener("") as sock:
         assert not net.port_is_free("", sock.getsockname()[1])
+
+
+@given(low=st.integers(1024, 60000), size=st.integers(1, 1200))
+def test_candidate_ports_offer_every_port_of_the_range_once(low, size):
+    """Without a list of the range: each port once, none outside it, whatever the
+    range's size (a prime, a power of two, one port)."""
+    high = low + size - 1
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(net, "port_is_free", lambda ip, port: True)
+        offered = list(net.candidate_ports(low, high))
+    assert sorted(offered) == list(range(low, high + 1))
+
+
+def test_candidate_ports_skip_a_listened_port_and_start_anywhere():
+    with _listener("") as sock:
+        busy = sock.getsockname()[1]
+        assert busy not in net.candidate_ports(busy, busy + 3)
+    firsts = {next(net.candidate_ports(40000, 40999, "127.0.0.1")) for _ in range(20)}
+    assert len(firsts) > 1  # two jobs sharing the range rarely look at one port first
 
 
 def test_member_ports_grow_with_the_rank_and_differ_between_jobs_of_one_shape():

@@ -8,6 +8,7 @@ ps-lite needs literal IPs (a hostname gives "bind failed"), so:
 """
 
 import fcntl
+import math
 import random
 import socket
 import struct
@@ -102,11 +103,19 @@ def port_is_free(ip: str, port: int) -> bool:
 
 
 def candidate_ports(low: int, high: int, bind_ip: str = "") -> Iterator[int]:
-    """Free-looking ports of ``low..high`` in random order (another job may share the
-    range; whether the role really got its port is ``listeners``' to say)."""
-    ports = list(range(low, high + 1))
-    random.shuffle(ports)
-    for port in ports:
+    """Free-looking ports of ``low..high``, each once, in random order (another job may
+    share the range; whether the role really got its port is ``listeners``' to say):
+    from a random port on, by a random step prime to the range's size, so that no list
+    of the range is built and shuffled (a thousand random draws for the default)."""
+    size = high - low + 1
+    if size < 1:
+        return
+    start = random.randrange(size)
+    step = random.randrange(1, size) if size > 1 else 1
+    while math.gcd(step, size) != 1:
+        step -= 1
+    for index in range(size):
+        port = low + (start + index * step) % size
         if port_is_free(bind_ip, port):
             yield port
 
