@@ -15,14 +15,16 @@ from tests.conftest import assert_no_processes
 ROOT = Path(__file__).resolve().parent.parent
 
 #: runs the ``mxbatch`` command line and, when it starts its first role, writes the
-#: modules it had imported by then and exits (no role runs)
+#: modules it had imported by then and its garbage collector's state, and exits (no
+#: role runs)
 FIRST_ROLE_PROBE = textwrap.dedent("""
-    import json, os, subprocess, sys
+    import gc, json, os, subprocess, sys
     start = subprocess.Popen.__init__
     def probe(self, args, *rest, **kwargs):
         if "FIRST-ROLE" in list(args):
             with open(os.environ["PROBE_OUT"], "w") as out:
-                json.dump(sorted(sys.modules), out)
+                json.dump({"modules": sorted(sys.modules), "gc_enabled": gc.isenabled(),
+                           "gc_frozen": gc.get_freeze_count()}, out)
             os._exit(0)
         return start(self, args, *rest, **kwargs)
     subprocess.Popen.__init__ = probe
@@ -40,13 +42,17 @@ NOT_BEFORE_THE_FIRST_ROLE = ("importlib.metadata", "zipfile", "statistics", "sec
                              "mxbatch.cli.site", "mxbatch.cli.internal", "mxbatch.doctor.runner")
 
 
-def _modules_at_first_role(cli, tmp_path: Path, *args: str) -> list:
-    out = tmp_path / "modules.json"
+def _at_first_role(cli, tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / "probe.json"
     result = subprocess.run([sys.executable, "-c", FIRST_ROLE_PROBE, *args], cwd=tmp_path,
                             env=dict(cli.env, PROBE_OUT=str(out)), capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0 and out.is_file(), result.stderr
     return json.loads(out.read_text())
+
+
+def _modules_at_first_role(cli, tmp_path: Path, *args: str) -> list:
+    return _at_first_role(cli, tmp_path, *args)["modules"]
 
 
 def test_launch_starts_its_first_role_before_importing_what_it_does_not_need(cli, tmp_path):
@@ -64,6 +70,14 @@ def test_submit_wait_reads_its_yaml_and_nothing_else_it_does_not_need(cli, tmp_p
     modules = _modules_at_first_role(cli, tmp_path, "submit", "--wait", "-q", str(spec))
     assert "yaml" in modules and "mxbatch.runtime.spawn" in modules
     assert [m for m in NOT_BEFORE_THE_FIRST_ROLE if m in modules] == []
+
+
+def test_the_collector_is_on_at_the_first_role_with_the_command_line_frozen(cli, tmp_path):
+    """Off while the command line is imported (it makes no garbage), on again after."""
+    state = _at_first_role(cli, tmp_path, "launch", "-q", "-n", "1", "-s", "1",
+                           "--", "python3", "-c", "pass", "FIRST-ROLE")
+    assert state["gc_enabled"]
+    assert state["gc_frozen"] > 10000  # the command line's objects, left out of collections
 
 
 def test_records_say_when_each_role_was_execd_and_attached_jobs_ship_no_zipapp(cli, tmp_path):
