@@ -88,3 +88,17 @@ def test_runtime_zipapp_carries_the_installed_bytecode(tmp_path):
     assert pyc is not None and pyc[4:8] == (1).to_bytes(4, "little")
     source.write_text("VALUE = 22\n")  # another size: the cached file is stale
     assert bundle.installed_bytecode(source) is None
+
+
+def test_every_dataclass_states_its_contract_in_a_docstring():
+    """A dataclass without one also costs its import time: Python 3.11 then builds a
+    docstring from ``inspect.signature`` (0.3-0.7 ms a class, on a CLI's start)."""
+    package = RUNTIME.parent
+    undocumented = []
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ClassDef) or ast.get_docstring(node):
+                continue
+            if any("dataclass" in ast.unparse(decorator) for decorator in node.decorator_list):
+                undocumented.append(f"{path.relative_to(package)}:{node.name}")
+    assert undocumented == []

@@ -48,6 +48,10 @@ class JobState(str, enum.Enum):
 
 @dataclasses.dataclass
 class TaskStatus:
+    """One task as ``status`` shows it: its state, where and as which process it ran,
+    how it ended (exit code or signal, a note), its log, and the backend's own word
+    (``native``)."""
+
     role: Role
     rank: int
     state: TaskState

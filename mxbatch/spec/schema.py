@@ -68,6 +68,9 @@ class Resources:
 
 @dataclasses.dataclass(frozen=True)
 class RoleSpec:
+    """``roles.<role>:``: how many tasks of one role run, their command, resources and
+    environment (the top level's where the role gives none)."""
+
     role: Role
     count: int = spec_field("how many tasks of the role (scheduler: always 1)",
                             default_text="worker: 1; server: as many as workers; "
@@ -85,6 +88,8 @@ class RoleSpec:
 
 @dataclasses.dataclass(frozen=True)
 class NetworkSpec:
+    """``network:``: the address tasks advertise and the ports the job's roles bind."""
+
     interface: Optional[str] = spec_field(
         "the interface whose IPv4 address tasks advertise (eth0, ib0); default: the "
         "default route's (127.0.0.1 on the local backend)", default=None)
@@ -98,6 +103,9 @@ class NetworkSpec:
 
 @dataclasses.dataclass(frozen=True)
 class RendezvousSpec:
+    """``rendezvous:``: where the run directory lives, the deadlines every task keeps
+    (start-up, grace, heartbeat, stall, exit) and how members and the scheduler start."""
+
     dir: Path = spec_field(
         "where run directories are made (<dir>/<job-id>/, mode 0700); on storage every "
         "node sees for batch backends; expands ~ and $VAR; relative: to the spec's folder",

@@ -141,6 +141,9 @@ class MpiSetup:
 
 @dataclasses.dataclass(frozen=True)
 class MpiRequest(ControlledRequest):
+    """An MPI job's request: the controller's ``mpirun`` setup and where its hosts
+    came from."""
+
     setup: MpiSetup = dataclasses.field(
         default_factory=lambda: MpiSetup((), "", "", "", ()))
     #: where the hosts came from (``Placement.source``)
