@@ -17,8 +17,8 @@ the launcher. Rows, interleaved run by run (the same machine state for all):
     role.
 
 The first four rows are a floor: what any launcher written with click and dataclasses
-on this Python pays before its own code runs. ``--baseline DIR`` adds another
-checkout's mxbatch (DIR first on PYTHONPATH).
+on this Python pays before its own code runs. The mxbatch row runs this checkout's
+mxbatch (first on PYTHONPATH); ``--baseline DIR`` adds another checkout's.
 
     .venv/bin/python bench/cli_floor.py [--repeat 30] [--baseline DIR]
 """
@@ -26,14 +26,16 @@ checkout's mxbatch (DIR first on PYTHONPATH).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from common import LAUNCH_PY_SHIM, compile_mxbatch, print_table
+from common import LAUNCH_PY_SHIM, ROOT, compile_mxbatch, print_table
 
 #: ends the process (exit 0) when it would start its first subprocess, after writing
 #: how many dataclasses it had created to the file named by CLASSES_OUT (one thread
@@ -88,27 +90,41 @@ def cpu_ms(argv: List[str], env: Dict[str, str]) -> Tuple[float, int]:
     return (usage.ru_utime + usage.ru_stime) * 1000, os.waitstatus_to_exitcode(status)
 
 
-def rows_to_run(classes: int, baseline: Optional[str]) -> Dict[str, Tuple[List[str], bool]]:
-    """Each row's argv, and whether it is a launcher (probed, its classes counted)."""
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One process to measure: its argv, whether it is a probed launcher (its classes
+    counted), and the mxbatch checkout first on its PYTHONPATH (None: none)."""
+
+    argv: List[str]
+    probed: bool = False
+    mxbatch: Optional[str] = None
+
+
+def classes_made(path: str) -> int:
+    """The count a probed launcher wrote to ``path``."""
+    return int(Path(path).read_text())
+
+
+def rows_to_run(classes: int, baseline: Optional[str]) -> Dict[str, Row]:
+    """The rows, by name, in the order they run and print."""
     py = sys.executable
     launch = ["launch", "-q", "-n", "1", "-s", "1", "--", "python3", "-c", "pass"]
     mxbatch = [py, "-c", FIRST_POPEN_PROBE + "sys.argv = ['mxbatch'] + sys.argv[1:]\n"
                "from mxbatch.cli.entry import run\nrun()\n", *launch]
     rows = {
-        "the interpreter": ([py, "-c", "pass" + EXIT], False),
-        "+ click": ([py, "-c", "import click" + EXIT], False),
-        "+ the launch path's standard library": ([py, "-c", "import click\n" + STDLIB + EXIT],
-                                                 False),
-        f"+ {classes} frozen dataclasses": (
-            [py, "-c", "import click\n" + STDLIB + "\n" + CLASSES.format(count=classes) + EXIT],
-            False),
-        "mxbatch launch, to its first role": (mxbatch, True),
-        "launch.py, to its first role": (
+        "the interpreter": Row([py, "-c", "pass" + EXIT]),
+        "+ click": Row([py, "-c", "import click" + EXIT]),
+        "+ the launch path's standard library": Row([py, "-c", "import click\n" + STDLIB + EXIT]),
+        f"+ {classes} frozen dataclasses": Row(
+            [py, "-c", "import click\n" + STDLIB + "\n" + CLASSES.format(count=classes) + EXIT]),
+        "mxbatch launch, to its first role": Row(mxbatch, probed=True, mxbatch=str(ROOT)),
+        "launch.py, to its first role": Row(
             [py, "-c", FIRST_POPEN_PROBE + LAUNCH_PY_SHIM, "-n", "1", "-s", "1",
-             "--launcher", "local", "python3 -c pass"], True),
+             "--launcher", "local", "python3 -c pass"], probed=True),
     }
     if baseline:
-        rows["mxbatch (baseline), to its first role"] = (mxbatch, True)
+        rows["mxbatch (baseline), to its first role"] = Row(mxbatch, probed=True,
+                                                             mxbatch=baseline)
     return rows
 
 
@@ -125,35 +141,33 @@ def main() -> None:
     env = dict(os.environ, MXBATCH_HOME=home, CLASSES_OUT=classes_out,
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     # mxbatch's dataclasses before its first role, for the floor's class row
-    _, status = cpu_ms(rows_to_run(0, baseline)["mxbatch launch, to its first role"][0], env)
+    _, status = cpu_ms(rows_to_run(0, baseline)["mxbatch launch, to its first role"].argv,
+                       dict(env, PYTHONPATH=str(ROOT)))
     if status != 0:
         sys.exit(f"mxbatch launch: exit status {status}")
-    with open(classes_out) as counted:
-        classes = int(counted.read())
-    rows = rows_to_run(classes, baseline)
+    rows = rows_to_run(classes_made(classes_out), baseline)
     print(f"{time.strftime('%Y-%m-%d %H:%M')}; machine: {os.cpu_count()} cores; Python "
           f"{sys.version.split()[0]}; load average at the start "
           f"{' '.join('%.1f' % x for x in os.getloadavg())}", flush=True)
     times: Dict[str, List[float]] = {name: [] for name in rows}
-    made: Dict[str, List[int]] = {name: [] for name in rows}
+    made: Dict[str, int] = {}
     for _ in range(args.repeat):
-        for name, (argv, probed) in rows.items():
-            row_env = dict(env, PYTHONPATH=baseline) if "baseline" in name else env
-            if probed and os.path.exists(classes_out):
+        for name, row in rows.items():
+            row_env = dict(env, PYTHONPATH=row.mxbatch) if row.mxbatch else env
+            if row.probed and os.path.exists(classes_out):
                 os.unlink(classes_out)
-            spent, status = cpu_ms(argv, row_env)
+            spent, status = cpu_ms(row.argv, row_env)
             if status != 0:
                 sys.exit(f"{name}: exit status {status}")
             times[name].append(spent)
-            if probed:
-                with open(classes_out) as counted:
-                    made[name].append(int(counted.read()))
+            if row.probed:
+                made[name] = classes_made(classes_out)
     table = [("CPU ms (user + system)", "median", "lowest tenth", "dataclasses made")]
     for name, values in times.items():
         values.sort()
         table.append((name, f"{statistics.median(values):.1f}",
                       f"{values[len(values) // 10]:.1f}",
-                      str(made[name][0]) if made[name] else ""))
+                      str(made.get(name, ""))))
     print_table(table)
     print(f"\n{args.repeat} runs each, interleaved; load average at the end "
           f"{' '.join('%.1f' % x for x in os.getloadavg())}")
