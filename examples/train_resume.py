@@ -30,7 +30,9 @@ of MXNet's own image-classification examples: see docs/long-jobs.md.
 Options: ``--epochs``, ``--checkpoint-dir`` (default ``$CHECKPOINT_DIR`` or
 ``./checkpoint``), ``--checkpoint-signal`` (default SIGUSR1). Test hooks
 (environment): ``STEP_SLEEP`` slows every step (seconds); ``PRINT_EVERY`` (default 10):
-a progress line every so many steps. The first step of each attempt prints its time.
+a progress line every so many steps; ``FAIL_AT_STEP`` (with ``FAIL_RANK``, default 1):
+that worker raises after that many steps of attempt 0 (a crash during training). The
+first step of each attempt prints its time.
 """
 
 import argparse
@@ -147,6 +149,8 @@ def main() -> None:
               "starting over", flush=True)
 
     step_sleep = float(os.environ.get("STEP_SLEEP", 0))
+    fail_at = int(os.environ.get("FAIL_AT_STEP", 0)) \
+        if attempt == 0 and rank == int(os.environ.get("FAIL_RANK", 1)) else 0
     print_every = int(os.environ.get("PRINT_EVERY", 10))
     first_step = True
     for epoch in range(progress["epoch"], args.epochs):
@@ -175,6 +179,8 @@ def main() -> None:
                       flush=True)
             if step_sleep:
                 time.sleep(step_sleep)
+            if progress["steps"] == fail_at:
+                raise RuntimeError(f"{tag} FAIL_AT_STEP: failing after step {fail_at}")
             # every worker learns whether any was asked to stop, after the same step
             kv.push(STOP_KEY, mx.nd.array([1.0 if stop_requested else 0.0]))
             kv.pull(STOP_KEY, out=stop_sum)

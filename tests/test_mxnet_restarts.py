@@ -86,3 +86,31 @@ def test_killed_worker_resumes_from_its_checkpoint(cli, tmp_path):
     assert re.search(r"\n  0 .* failure +worker\[0\] was killed by SIGKILL", text), text
     assert re.search(r"\n  1 .* succeeded", text), text
     assert_no_processes(job)
+
+
+def test_a_worker_that_raises_early_in_training_is_restarted(cli, tmp_path):
+    """Issue 36: worker rank 1 raises a few steps after the first epoch's checkpoint (about
+    a second of training, after many pushes and pulls). Its own hook said its kvstore
+    passed ps-lite's barrier (``connected``), so the failure is training's, not a
+    start-up one: with one restart allowed the job resumes from the checkpoint and
+    succeeds. (Before, a socket sample once a second decided, and a fast crash outran
+    it: "not restarted: worker[1] failed before it reached the scheduler".)"""
+    workdir = tmp_path / "crash"
+    spec = copy_resume_example(workdir)
+    job = cli.submit(spec, env={"EPOCHS": "2", "FAIL_AT_STEP": str(BATCHES + 3),
+                                "FAIL_RANK": "1", "PRINT_EVERY": "1000"})
+    result = cli.run("wait", job, "--timeout", "400", timeout=420)
+    assert result.returncode == 0, result.stderr
+    status = cli.status(job)
+    assert status["state"] == "SUCCEEDED" and status["attempt"] == 1, status
+    assert [a["reason"] for a in status["attempts"]] == ["failure", "succeeded"]
+    assert "exited with code 1" in status["attempts"][0]["detail"]
+    run = cli.run_dir(job)
+    crashed = read(run / "logs" / "worker-1.log")
+    assert f"FAIL_AT_STEP: failing after step {BATCHES + 3}" in crashed
+    first = float(re.search(r"first step of attempt 0 at ([\d.]+)", crashed).group(1))
+    ended = task_record(run, "worker", 1)["ended_at"]
+    print(f"\nNUMBERS local crash after {ended - first:.2f} s of training: restarted")
+    final = assert_every_epoch_once(workdir, 2)
+    assert final["resumed"][0] == {"attempt": 1, "steps": BATCHES}
+    assert_no_processes(job)

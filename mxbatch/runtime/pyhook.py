@@ -22,6 +22,10 @@ holds a member before ps-lite until its scheduler listens.
   cannot see ``n``). ``connecting``: MXNet is about to create a dist kvstore, where
   ps-lite starts (a scheduler binds its port within milliseconds: its supervisor then
   looks for the listening socket every few milliseconds instead of every 50).
+  ``connected``: a worker's dist kvstore has been created, which MXNet returns only
+  after ps-lite's start-up barrier over every node: the worker (and every server) has
+  registered with the scheduler; with the rank the scheduler gave it. This is what
+  makes a later failure a failure of training, worth a restart, not a start-up one.
 - **The start gate** (``gate``): the hook wraps MXNet's ``kvstore.create`` as soon as
   the module that defines it has run; a dist kvstore's create (where ps-lite starts: a
   scheduler's and a server's during ``import mxnet``, a worker's in its script) reports
@@ -223,11 +227,20 @@ def _mxbatch_gated(create):
     reported as ``connecting``, then held at the gate (a member started before its
     scheduler listens)."""
     def create_after_the_gate(name="local", *args, **kwargs):
-        if isinstance(name, str) and name.lower().startswith("dist"):
+        dist = isinstance(name, str) and name.lower().startswith("dist")
+        if dist:
             if os.getpid() == _mxbatch_owner:
                 _mxbatch_say(%(connecting)r, {"pid": _mxbatch_owner})
             mxbatch_wait_for_scheduler()
-        return create(name, *args, **kwargs)
+        store = create(name, *args, **kwargs)
+        if dist and os.getpid() == _mxbatch_owner and os.environ.get(%(dmlc_role)r) == "worker":
+            # a worker's create returns after ps-lite's barrier over every node
+            try:
+                rank = int(store.rank)
+            except Exception:
+                rank = None
+            _mxbatch_say(%(connected)r, {"pid": _mxbatch_owner, "rank": rank})
+        return store
     for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
         setattr(create_after_the_gate, attribute, getattr(create, attribute, None))
     create_after_the_gate.__wrapped__ = create
@@ -321,7 +334,7 @@ def _mxbatch_imports_mxnet_first():
 def _mxbatch_lean_scheduler():
     """Run ps-lite's scheduler from MXNet's library instead of the script, then exit;
     return (the script runs) when this role is no lean scheduler or cannot be one."""
-    if (os.environ.get("DMLC_ROLE") != "scheduler"
+    if (os.environ.get(%(dmlc_role)r) != "scheduler"
             or os.environ.get(%(scheduler_start)r) != %(lean)r
             or _mxbatch_owner != os.getpid() or _mxbatch_package is None
             or not _mxbatch_imports_mxnet_first()):
@@ -387,8 +400,10 @@ _mxbatch_lean_scheduler()
 SITECUSTOMIZE = _TEMPLATE % {"role": wire.ROLE, "rank": wire.RANK, "owner": wire.HOOK_OWNER,
                              "prefix": notes.HOOK_PREFIX, "started": wire.HookEvent.STARTED.value,
                              "finished": wire.HookEvent.FINISHED.value,
-                             "connecting": wire.HookEvent.CONNECTING.value, "gate": wire.GATE,
-                             "held": gate.HELD_MODULES, "scheduler_start": wire.SCHEDULER_START,
+                             "connecting": wire.HookEvent.CONNECTING.value,
+                             "connected": wire.HookEvent.CONNECTED.value, "gate": wire.GATE,
+                             "held": gate.HELD_MODULES, "dmlc_role": wire.DMLC_ROLE,
+                             "scheduler_start": wire.SCHEDULER_START,
                              "lean": SchedulerStart.LEAN.value}
 
 

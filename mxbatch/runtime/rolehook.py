@@ -79,11 +79,13 @@ def mismatch_reason(label: str, mine: RoleEnvironment, other_label: str,
 
 @dataclass(frozen=True)
 class HookReport:
-    """One report line: ``event`` from process ``pid`` (``environment`` with STARTED)."""
+    """One report line: ``event`` from process ``pid`` (``environment`` with STARTED;
+    ``rank``, the rank ps-lite's scheduler gave a worker, with CONNECTED when known)."""
 
     event: HookEvent
     pid: int
     environment: Optional[RoleEnvironment] = None
+    rank: Optional[int] = None
 
 
 def parse_line(line: bytes) -> Optional[HookReport]:
@@ -102,7 +104,9 @@ def parse_line(line: bytes) -> Optional[HookReport]:
     if not sep or not isinstance(data, dict):
         return None
     environment = RoleEnvironment.parse(data) if event is HookEvent.STARTED else None
-    return HookReport(event=event, pid=pid, environment=environment)
+    rank = data.get("rank")
+    return HookReport(event=event, pid=pid, environment=environment,
+                      rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None)
 
 
 class HookReader:

@@ -34,7 +34,8 @@ Contract of a role process:
   failure, never retried);
 - an exit other than 0, a passed walltime, or a failed start is the task's failure:
   ``TaskFailed`` carries the abort record for the agent to publish (``startup``: the
-  role never reached the scheduler, as ``listeners.connected_to`` saw: its ps-lite
+  role never reached the scheduler: neither did its hook say ``connected`` (a worker's
+  kvstore passed ps-lite's barrier) nor did ``listeners.connected_to`` see its ps-lite
   connection); with
   restarts on, a task that reaches its walltime less ``restarts.checkpoint_lead`` ends
   the attempt (``AttemptEnds``, reason walltime) so that every worker checkpoints;
@@ -380,6 +381,12 @@ class TaskRunner:
             if self.task.role is Role.SCHEDULER:  # it binds next: look at once, and often
                 self._listen_fast_until = mono + LISTEN_FAST_FOR_S
                 self._next_listen_check = mono
+            return
+        if report.event is wire.HookEvent.CONNECTED:
+            # the role's own word: its kvstore passed ps-lite's barrier over every node
+            if self.record.reached_at is None:
+                self.record.reached_at = time.time()
+                self.dirty = True
             return
         self.dirty = True
         if report.event is wire.HookEvent.FINISHED:

@@ -93,6 +93,10 @@ class HookEvent(str, enum.Enum):
     #: MXNet is about to create a dist kvstore, where ps-lite starts (a scheduler binds
     #: its port next; a member connects once its gate opens): pid
     CONNECTING = "connecting"
+    #: a worker's dist kvstore exists: ps-lite's start-up barrier over every node has
+    #: passed, so it (and every server) has registered with the scheduler: pid, and
+    #: the rank the scheduler gave it
+    CONNECTED = "connected"
 
 
 # ------------------------------------------------------------- the ssh channel's messages
