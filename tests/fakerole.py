@@ -12,7 +12,8 @@ servers and workers connect to the scheduler (retrying, like ps-lite's zmq) and 
            the connection, unless $FAKE_NO_CONNECT is set.
 worker:    writes {argv, env, core_limit} as JSON to $FAKE_OUT/<rank>.json (if set), runs
            $FAKE_SLEEP seconds, or until the file $FAKE_BARRIER exists (so that many
-           workers end at the same moment), printing a line every $FAKE_TICK seconds if
+           workers end at the same moment; only the ranks $FAKE_BARRIER_RANKS lists, "1",
+           when it is set), printing a line every $FAKE_TICK seconds if
            set (output: the stall detector sees progress), then exits with $FAKE_EXIT
            (default 0; only on the attempts $FAKE_EXIT_ATTEMPTS lists, "0,2", and by the
            ranks $FAKE_EXIT_RANKS lists, "0", when they are set). On the checkpoint
@@ -132,6 +133,9 @@ else:
         return "INFO:root:Epoch[0] Batch [20]\tSpeed: %s samples/sec\taccuracy=0.5" % speed
 
     barrier = os.environ.get("FAKE_BARRIER")
+    if os.environ.get("FAKE_BARRIER_RANKS") and str(rank) not in \
+            os.environ["FAKE_BARRIER_RANKS"].split(","):
+        barrier = None
     tick = float(os.environ.get("FAKE_TICK") or 0)
     raise_on = (os.environ.get("FAKE_RAISE_ON")
                 if os.environ.get("FAKE_RAISE_RANK") == os.environ["MXBATCH_RANK"] else None)

@@ -8,11 +8,19 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 from pathlib import Path
 
 from mxbatch.runtime.layout import RunLayout
 
-from .conftest import FAKEROLE, assert_no_processes, job_times, write_spec
+from .conftest import (
+    FAKEROLE,
+    assert_no_processes,
+    job_times,
+    task_record,
+    wait_for,
+    write_spec,
+)
 
 ROLE = json.dumps([sys.executable, str(FAKEROLE)])
 
@@ -54,6 +62,62 @@ def test_roles_hanging_after_their_code_are_ended_and_the_job_succeeds(cli, tmp_
         assert 3 <= record["ended_at"] - record["code_finished_at"] < 3 + 5
         assert record["environment"]["python"].startswith("%d.%d." % sys.version_info[:2])
     assert "note: MXNet's exit hang" in cli.run("status", job).stdout
+    assert_no_processes(job)
+
+
+def test_once_every_workers_code_finished_a_hung_worker_gets_only_the_exit_grace(
+        cli, tmp_path):
+    """Issue 36: training is over once every worker's code has finished: a worker still
+    running ``exit_grace`` (2 s) later is ended, not ``exit_timeout`` (60 s, the
+    default) later, and the server and scheduler end as soon as the workers have."""
+    spec = stand_in_spec(tmp_path, "FAKE_SLEEP: '1', FAKE_HANG_AT_EXIT_RANKS: '0,1'",
+                         rendezvous=", exit_grace: 2s")
+    result = cli.run("submit", "--wait", str(spec), timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    job = result.stdout.split()[0]
+    times = job_times(cli.run_dir(job))
+    workers = [times.tasks[f"worker[{rank}]"] for rank in (0, 1)]
+    all_finished = max(w["code_finished_at"] for w in workers)
+    for record in workers:
+        assert record["state"] == "SUCCEEDED" and "exit hang" in record["note"]
+        # ended exit_grace after the last worker's code finished (SIGTERM ends it at once)
+        assert 2 <= record["ended_at"] - all_finished < 2 + 4
+    for label in ("server[0]", "scheduler[0]"):
+        record = times.tasks[label]
+        assert record["state"] == "SUCCEEDED", record
+        assert record["ended_at"] - max(w["ended_at"] for w in workers) < 3
+    ended = times.last_end - all_finished
+    sys.stderr.write(f"NUMBERS exit hang (stand-ins): the job ended {ended:.1f}s after the "
+                     f"last worker's code finished (exit_grace 2s)\n")
+    assert ended < 2 + 5
+    assert_no_processes(job)
+
+
+def test_a_worker_that_finished_while_another_trains_waits_for_it(cli, tmp_path):
+    """A worker whose code finished while another's has not keeps the longer wait
+    (``exit_timeout``): it is ended only ``exit_grace`` after the other's code finished
+    too (the other trains until the test lets it go, once the first has finished)."""
+    barrier = tmp_path / "go"
+    spec = stand_in_spec(tmp_path, f"FAKE_SLEEP: '0.5', FAKE_HANG_AT_EXIT_RANKS: '0,1', "
+                                   f"FAKE_BARRIER: '{barrier}', FAKE_BARRIER_RANKS: '1'",
+                         rendezvous=", exit_grace: 1s, exit_timeout: 2m")
+    job = cli.submit(spec)
+    run_dir = cli.run_dir(job)
+    wait_for(lambda: (task_record(run_dir, "worker", 0) or {}).get("code_finished_at"), 120,
+             "worker[0]'s code to finish")
+    first_seen = time.time()
+    wait_for(lambda: time.time() - first_seen > 3, 10, "3 s of worker[1] alone")
+    assert (task_record(run_dir, "worker", 0) or {})["state"] == "RUNNING"
+    barrier.touch()
+    result = cli.run("wait", job, "--timeout", "120", timeout=150)
+    assert result.returncode == 0, result.stderr[-3000:]
+    times = job_times(run_dir)
+    first, second = times.tasks["worker[0]"], times.tasks["worker[1]"]
+    assert first["code_finished_at"] < second["code_finished_at"]
+    for record in (first, second):
+        assert record["state"] == "SUCCEEDED" and "exit hang" in record["note"]
+        assert 1 <= record["ended_at"] - second["code_finished_at"] < 1 + 4
+    assert first["exit_hang_s"] >= second["code_finished_at"] - first["code_finished_at"]
     assert_no_processes(job)
 
 

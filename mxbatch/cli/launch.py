@@ -93,6 +93,7 @@ class LaunchArgs:
     grace: Optional[str] = None
     stall_timeout: Optional[str] = None
     exit_timeout: Optional[str] = None
+    exit_grace: Optional[str] = None
     scheduler: Optional[str] = None
     container: Optional[str] = None
     mounts: Tuple[str, ...] = ()
@@ -143,7 +144,11 @@ _OPTIONS: List[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
                       "writes no output, this long, e.g. 20m (default 30m; 'off': never)."),
     click.option("--exit-timeout", default=None,
                  help="End a role still running this long after its code finished "
-                      "(MXNet's exit hang), e.g. 2m (default 60s; 'off': never)."),
+                      "(MXNet's exit hang) while another worker still trains, e.g. 2m "
+                      "(default 60s; 'off': never)."),
+    click.option("--exit-grace", default=None,
+                 help="Once every worker's code has finished, end a worker still running "
+                      "this long (MXNet's exit hang), e.g. 10s (default 5s)."),
     click.option("--scheduler", type=click.Choice(SCHEDULER_STARTS), default=None,
                  help="What the scheduler's role runs: lean (the default: ps-lite's "
                       "scheduler from MXNet's library, without the script's MXNet import) "
@@ -276,6 +281,7 @@ def job_data(args: LaunchArgs, environ: Dict[str, str], cwd: Path) -> Dict[str, 
                                                     ("grace", args.grace),
                                                     ("stall_timeout", args.stall_timeout),
                                                     ("exit_timeout", args.exit_timeout),
+                                                    ("exit_grace", args.exit_grace),
                                                     ("scheduler", args.scheduler)) if v}
     for key in ("stall_timeout", "exit_timeout"):
         if rendezvous.get(key) == "off":

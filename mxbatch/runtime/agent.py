@@ -61,7 +61,13 @@ from .rendezvous import Rendezvous, TaskKey
 from .roles import Role
 from .states import AbortKind, AbortRecord, EndReason, TaskRecord, TaskState
 from .taskrunner import AttemptEnds, Phase, TaskFailed, TaskRunner
-from .watch import DigestFollower, JobWatch, missing_at_deadline, startup_abort
+from .watch import (
+    DigestFollower,
+    JobWatch,
+    code_finished,
+    missing_at_deadline,
+    startup_abort,
+)
 
 #: the longest an agent sleeps when nothing is due (``Agent._sleep_s``): a safety net,
 #: as every timed check says when it is due and every event wakes the loop
@@ -169,6 +175,8 @@ class Agent:
         self.schedule = Schedule.of(plan)
         self.aborted: Optional[AbortRecord] = None
         self.workers_done_seen: Optional[float] = None
+        #: since when (monotonic) this agent knows that every worker's code has finished
+        self.workers_finished_seen: Optional[float] = None
         self._signalled: Optional[int] = None
         #: the name of the first signal that stopped the job, if one did
         self.signal_received: Optional[str] = None
@@ -243,10 +251,11 @@ class Agent:
         if self.rdv.scheduler_news():  # pushed (the ssh controller): no need to poll
             for runner in self.runners:
                 runner.look_for_scheduler_now()
+        self._own_workers_progress(mono)
         for runner in self.runners:  # the scheduler (task 0) first
             published = runner.publication
             try:
-                runner.step(wall, mono, self.workers_done_seen)
+                runner.step(wall, mono, self.workers_done_seen, self.workers_finished_seen)
             except TaskFailed as failed:
                 self._abort(self._failure_abort(failed, wall))
             except AttemptEnds as ended:
@@ -404,6 +413,40 @@ class Agent:
             for runner in held:
                 runner.release("every worker has ended", wall, mono)
 
+    def _own_workers_progress(self, mono: float) -> None:
+        """An agent that supervises every worker knows at once, from its own runners,
+        when their code has finished and when they have succeeded (the others learn it
+        from the watcher's digest)."""
+        if not self.owns_workers:
+            return
+        workers = [r.record for r in self.runners if r.task.role is Role.WORKER]
+        if not workers:
+            return
+        if not all(code_finished(record) for record in workers):
+            self.workers_finished_seen = None  # a worker's program started again
+        elif self.workers_finished_seen is None:
+            self.workers_finished_seen = mono
+        if self.workers_done_seen is None and all(
+                record.state is TaskState.SUCCEEDED for record in workers):
+            self.workers_done_seen = mono
+
+    def _read_digest(self, mono: float) -> None:
+        """A follower reads the watcher's digest: what it says of the workers."""
+        assert self.follower is not None
+        self.follower.observe(self.rdv.read_digest(), mono)
+        self.workers_done_seen = self.follower.workers_done_seen
+        if not self.owns_workers:
+            self.workers_finished_seen = self.follower.workers_finished_seen
+
+    def _training_ending(self) -> bool:
+        """A follower reads the digest every abort poll, not every heartbeat, once its
+        own worker's code has finished or the digest said every worker's had: the last
+        seconds of a job, where each late look is time the job keeps its nodes."""
+        return self.follower is not None and (
+            self.workers_finished_seen is not None
+            or any(r.task.role is Role.WORKER and code_finished(r.record)
+                   for r in self.runners))
+
     # ------------------------------------------------------------------ periodic work
     def _due(self, name: str, mono: float, interval: float) -> bool:
         """Whether periodic work ``name`` is due at ``mono`` (or within ``EARLY_S``: one
@@ -422,8 +465,7 @@ class Agent:
                     runner.record.heartbeat += 1
                     runner.dirty = True
             if self.follower is not None:
-                self.follower.observe(self.rdv.read_digest(), mono)
-                self.workers_done_seen = self.follower.workers_done_seen
+                self._read_digest(mono)
                 lost = self.follower.watcher_lost(mono)
                 if lost and self.aborted is None:
                     scheduler = self.rdv.read_scheduler()
@@ -437,6 +479,8 @@ class Agent:
             abort = self.rdv.read_abort()
             if abort is not None:
                 self._stop_all(abort, wall, mono)
+            elif self._training_ending():
+                self._read_digest(mono)
         if self.watch is not None and self.aborted is None and self._due(
                 "watch", mono, self.schedule.watch_s):
             records = self._all_records(own_only=False)
@@ -446,6 +490,12 @@ class Agent:
             else:
                 if self.watch.workers_done_at is not None and self.workers_done_seen is None:
                     self.workers_done_seen = mono
+                if not self.owns_workers:
+                    finished = self.watch.workers_finished_at is not None
+                    if not finished:
+                        self.workers_finished_seen = None
+                    elif self.workers_finished_seen is None:
+                        self.workers_finished_seen = mono
                 self.rdv.publish_digest(self.watch.digest(records, wall))
 
     def _all_records(self, own_only: bool) -> Dict[TaskKey, TaskRecord]:
@@ -492,7 +542,7 @@ class Agent:
         due = [now + cap]
         due.extend(t for t in self._next.values() if t > mono)
         for runner in self.runners:
-            at = runner.next_due(wall, mono, self.workers_done_seen)
+            at = runner.next_due(wall, mono, self.workers_done_seen, self.workers_finished_seen)
             if at is not None:
                 due.append(at)
         if (self.aborted is None and any(r.phase is Phase.QUEUED for r in self.runners)

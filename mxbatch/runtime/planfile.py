@@ -68,6 +68,9 @@ class RunPlan:
     # (MXNet's exit hang); a worker using no CPU and writing nothing this long while
     # another worker has finished fails the job (a dist_sync deadlock). None: neither
     exit_timeout_s: Optional[float] = 60.0
+    # once every worker's code has finished, a worker still running this long is ended
+    # (succeeded), and servers and the scheduler end as soon as every worker has
+    exit_grace_s: float = 5.0
     # when servers and workers start their roles: with the scheduler, held before
     # ps-lite until it listens (``gate``), or only once it listens
     member_start: MemberStart = MemberStart.EARLY

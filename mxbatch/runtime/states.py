@@ -273,7 +273,8 @@ class DigestRecord:
     task, published every few seconds so that the others need not read every task
     record: ``seq`` grows with each publication (a digest that stops changing means
     the watcher is gone, unless ``final``); ``workers_done_at`` is when every worker
-    had succeeded."""
+    had succeeded, ``workers_finished_at`` since when every worker's code has
+    finished."""
 
     job_id: str
     seq: int
@@ -286,6 +287,9 @@ class DigestRecord:
     # when every worker had ended, whatever its state (after a checkpoint abort the
     # other roles wait for it before they stop)
     workers_ended_at: Optional[float] = None
+    # since when every worker's own code has finished (its hook said so, or it
+    # succeeded): training is over, a worker still running gets ``exit_grace``
+    workers_finished_at: Optional[float] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)

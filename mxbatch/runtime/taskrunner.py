@@ -46,10 +46,12 @@ Contract of a role process:
 - the role's hook (``pyhook``) reports on its stderr what the role runs and when its
   code has finished (``rolehook``): the runner keeps both in the record; a member whose
   Python or MXNet differs from the scheduler's (``SchedulerRecord.environment``) fails
-  at once, as a start-up failure; a role still running ``exit_timeout`` after its code
-  finished (MXNet's exit hang) is ended, SUCCEEDED, with ``exit_hang_s`` in its record
-  (unless the process that reported it has ended meanwhile: a command of several
-  Python programs goes on).
+  at once, as a start-up failure; a worker still running ``exit_grace`` after every
+  worker's code finished (training is over), or a role ``exit_timeout`` after its own
+  code finished (MXNet's exit hang), is ended, SUCCEEDED, with ``exit_hang_s`` in its
+  record (unless the process that reported it has ended meanwhile: a command of several
+  Python programs goes on); servers and the scheduler end as soon as every worker has
+  succeeded.
 
 With ``plan.container`` the role process is the container runtime's client
 (``runtime.container``): it gets SIGTERM rather than SIGKILL when the agent dies (docker
@@ -269,15 +271,16 @@ class TaskRunner:
         cannot inherit the gate, so its members start once the scheduler listens."""
         return self.plan.member_start is MemberStart.EARLY and self.container is None
 
-    def next_due(self, wall: float, mono: float,
-                 workers_done_seen: Optional[float]) -> Optional[float]:
+    def next_due(self, wall: float, mono: float, workers_done_seen: Optional[float],
+                 workers_finished_seen: Optional[float] = None) -> Optional[float]:
         """When (monotonic) this runner's next timed check falls: a member's next look
         for the scheduler's record, the scheduler's next look for its listen (for both,
         the startup deadline, at which they fail unless it listens by then), the end of
         a grace period or a hold, the exit hang's or the walltime's limit; None when
         only an event can move it on (its role's output or exit, a signal, the
         scheduler's news: each wakes the agent by itself). ``wall`` and ``mono``: one
-        moment on both clocks; ``workers_done_seen`` as for ``step``. The agent sleeps
+        moment on both clocks; ``workers_done_seen`` and ``workers_finished_seen`` as for
+        ``step``. The agent sleeps
         until the earliest of its runners' (and of its own periodic work): a step before
         then does no harm, one after it comes late."""
         phase = self.phase
@@ -294,6 +297,9 @@ class TaskRunner:
         due: List[float] = []
         if self._finished is not None and self.plan.exit_timeout_s:
             due.append(self._finished[1] + self.plan.exit_timeout_s)
+        grace_end = self._exit_grace_end(workers_finished_seen)
+        if grace_end is not None:
+            due.append(grace_end + _PAST_S)
         if self.container is not None:
             inspect = self.container.poll_due()
             if inspect is not None:
@@ -305,8 +311,16 @@ class TaskRunner:
         if walltime is not None:
             due.append(mono + walltime - wall + _PAST_S)
         if self.task.role is not Role.WORKER and workers_done_seen is not None:
-            due.append(workers_done_seen + self.plan.grace_s + _PAST_S)
+            due.append(mono)  # it ends at its next step
         return min(due) if due else None
+
+    def _exit_grace_end(self, workers_finished_seen: Optional[float]) -> Optional[float]:
+        """When (monotonic) this worker, whose code has finished, is ended because every
+        worker's has (``exit_grace`` after the later of the two); None otherwise."""
+        if (self.task.role is not Role.WORKER or self._finished is None
+                or workers_finished_seen is None):
+            return None
+        return max(self._finished[1], workers_finished_seen) + self.plan.exit_grace_s
 
     def _startup_deadline_due(self, wall: float, mono: float) -> float:
         """When (monotonic) the startup deadline has passed, for a task that fails then
@@ -573,13 +587,17 @@ class TaskRunner:
         self._next_poll, self._backoff = mono, Backoff(cap=self._poll_cap(HELD_POLL_CAP_S))
 
     # ------------------------------------------------------------------ stepping
-    def step(self, wall: float, mono: float, workers_done_seen: Optional[float]) -> None:
+    def step(self, wall: float, mono: float, workers_done_seen: Optional[float],
+             workers_finished_seen: Optional[float] = None) -> None:
         """Advance; raises ``TaskFailed`` when this task fails. ``workers_done_seen``:
-        when (monotonic) this agent learnt that every worker succeeded."""
+        when (monotonic) this agent learnt that every worker succeeded (a server or the
+        scheduler still running then is ended at once, SUCCEEDED: training is over);
+        ``workers_finished_seen``: when it learnt that every worker's code had finished
+        (a worker still running ``exit_grace`` later is ended, SUCCEEDED)."""
         if self.phase is Phase.WAITING:
             self._wait_for_scheduler(wall, mono)
         elif self.phase is Phase.RUNNING:
-            self._run(wall, mono, workers_done_seen)
+            self._run(wall, mono, workers_done_seen, workers_finished_seen)
         elif self.phase in (Phase.CHECKPOINTING, Phase.HOLDING):
             self._held(wall, mono)
         elif self.phase is Phase.STOPPING:
@@ -650,7 +668,8 @@ class TaskRunner:
         self._gate.close()
         self._start_member(info, wall, mono)
 
-    def _run(self, wall: float, mono: float, workers_done_seen: Optional[float]) -> None:
+    def _run(self, wall: float, mono: float, workers_done_seen: Optional[float],
+             workers_finished_seen: Optional[float]) -> None:
         assert self.proc is not None
         if self._mismatch is not None:  # before its exit: the mismatch may be why
             failed = self.fail(self._mismatch, wall, mono)
@@ -663,7 +682,7 @@ class TaskRunner:
         if self.held:
             self._mind_gate(wall, mono)
             return
-        self._check_exit_hang(wall, mono)
+        self._check_exit_hang(wall, mono, workers_finished_seen)
         if self.phase is not Phase.RUNNING:
             return
         if self.container is not None:
@@ -671,30 +690,35 @@ class TaskRunner:
         if self.task.role is Role.SCHEDULER:
             self._check_listening(wall, mono)
         self._check_walltime(wall, mono)
-        if (self.task.role is not Role.WORKER and workers_done_seen is not None
-                and mono - workers_done_seen > self.plan.grace_s):
-            self.say("still running %gs after every worker succeeded: stopping it"
-                     % self.plan.grace_s)
+        if self.task.role is not Role.WORKER and workers_done_seen is not None:
+            self.say("every worker has succeeded: training is over, stopping it")
             self.stop(TaskState.SUCCEEDED, "stopped after every worker succeeded", wall, mono)
 
-    def _check_exit_hang(self, wall: float, mono: float) -> None:
-        """End the role, SUCCEEDED, when it still runs ``exit_timeout`` after its code
-        finished, and the process that said so still lives."""
-        timeout = self.plan.exit_timeout_s
-        if self._finished is None or not timeout:
+    def _check_exit_hang(self, wall: float, mono: float,
+                         workers_finished_seen: Optional[float]) -> None:
+        """End the role, SUCCEEDED, when it still runs after its code finished, and the
+        process that said so still lives: ``exit_grace`` after every worker's code has
+        finished (a worker: training is over), else ``exit_timeout`` after its own."""
+        if self._finished is None:
             return
         pid, since = self._finished
-        hung = mono - since
-        if hung < timeout:
+        grace_end = self._exit_grace_end(workers_finished_seen)
+        timeout = self.plan.exit_timeout_s
+        if grace_end is not None and mono >= grace_end:
+            why = ("%gs after every worker's code finished (rendezvous.exit_grace)"
+                   % self.plan.exit_grace_s)
+        elif timeout and mono - since >= timeout:
+            why = "%gs after its code finished (rendezvous.exit_timeout)" % timeout
+        else:
             return
         if not self._alive(pid):
             self._finished = None  # that program ended; the role's command goes on
             return
+        hung = mono - since
         self.record.exit_hang_s = round(hung, 1)
-        self.say("still running %gs after its code finished (MXNet's exit hang; "
-                 "rendezvous.exit_timeout): ending it" % timeout)
-        self.stop(TaskState.SUCCEEDED, "ended %ds after its code finished (exit hang)"
-                  % round(hung), wall, mono)
+        self.say("still running %s (MXNet's exit hang): ending it" % why)
+        self.stop(TaskState.SUCCEEDED, "ended %.1fs after its code finished (exit hang)"
+                  % hung, wall, mono)
 
     def _alive(self, pid: int) -> bool:
         """Whether process ``pid`` of the role (as its hook saw its own pid) still runs;

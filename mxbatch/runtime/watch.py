@@ -13,7 +13,9 @@ decides, through ``JobWatch``:
   worker that will never send again (uneven batches per worker, apache/mxnet#7888);
 - stalls: a role stopped (SIGSTOP, a frozen host) for ``stall_timeout``, or a worker
   that has used no CPU and written no output for that long;
-- when every worker has succeeded (then servers and the scheduler may end);
+- when every worker's own code has finished (training is over: a worker still running
+  ``exit_grace`` later is ended), and when every worker has succeeded (then servers and
+  the scheduler end);
 
 and publishes a ``DigestRecord`` with it. Every other agent reads only the digest
 and the abort record (``DigestFollower``): O(1) file operations per task per second,
@@ -68,6 +70,13 @@ def workers_succeeded(plan: RunPlan, records: Dict[TaskKey, TaskRecord]) -> bool
     workers = plan.tasks_of(Role.WORKER)
     return bool(workers) and all(
         (records.get((w.role, w.rank)) or _NONE).state is TaskState.SUCCEEDED for w in workers)
+
+
+def workers_finished(plan: RunPlan, records: Dict[TaskKey, TaskRecord]) -> bool:
+    """Every worker's own code has finished (``code_finished``): training is over."""
+    workers = plan.tasks_of(Role.WORKER)
+    return bool(workers) and all(code_finished(records.get((w.role, w.rank)) or _NONE)
+                                 for w in workers)
 
 
 def workers_ended(plan: RunPlan, records: Dict[TaskKey, TaskRecord]) -> bool:
@@ -156,7 +165,7 @@ def stall_abort(plan: RunPlan, records: Dict[TaskKey, TaskRecord], by: str
         extra={"stalled": [_label(r) for r, _ in stalls]})
 
 
-def _finished(record: TaskRecord) -> bool:
+def code_finished(record: TaskRecord) -> bool:
     """The role's own code has finished: its hook said so, or it succeeded."""
     return record.code_finished_at is not None or record.state is TaskState.SUCCEEDED
 
@@ -170,9 +179,9 @@ def deadlock_abort(plan: RunPlan, records: Dict[TaskKey, TaskRecord], by: str
         return None
     workers = [records[(t.role, t.rank)] for t in plan.tasks_of(Role.WORKER)
                if (t.role, t.rank) in records]
-    finished = [r for r in workers if _finished(r)]
+    finished = [r for r in workers if code_finished(r)]
     blocked = [r for r in workers
-               if r.state.active and not _finished(r) and r.reached_at is not None
+               if r.state.active and not code_finished(r) and r.reached_at is not None
                and r.idle_s >= timeout and not r.stopped_s]
     if not finished or not blocked:
         return None
@@ -200,6 +209,7 @@ class JobWatch:
         self.seq = 0
         self.workers_done_at: Optional[float] = None
         self.workers_ended_at: Optional[float] = None
+        self.workers_finished_at: Optional[float] = None
 
     def check(self, records: Dict[TaskKey, TaskRecord], wall: float, mono: float
               ) -> Optional[AbortRecord]:
@@ -216,6 +226,10 @@ class JobWatch:
             return abort
         if self.workers_done_at is None and workers_succeeded(self.plan, records):
             self.workers_done_at = wall
+        if not workers_finished(self.plan, records):
+            self.workers_finished_at = None  # a worker's program started again
+        elif self.workers_finished_at is None:
+            self.workers_finished_at = wall
         return None
 
     def digest(self, records: Dict[TaskKey, TaskRecord], wall: float,
@@ -229,7 +243,8 @@ class JobWatch:
             self.workers_ended_at = wall
         return DigestRecord(job_id=self.plan.job_id, seq=self.seq, watcher=self.by, at=wall,
                             workers_done_at=self.workers_done_at, states=states, final=final,
-                            workers_ended_at=self.workers_ended_at)
+                            workers_ended_at=self.workers_ended_at,
+                            workers_finished_at=self.workers_finished_at)
 
 
 class DigestFollower:
@@ -244,6 +259,8 @@ class DigestFollower:
         self.workers_done_seen: Optional[float] = None
         #: when this agent first saw that every worker had ended (succeeded or not)
         self.workers_ended_seen: Optional[float] = None
+        #: when this agent first saw that every worker's code had finished
+        self.workers_finished_seen: Optional[float] = None
 
     def observe(self, digest: Optional[DigestRecord], mono: float) -> None:
         if digest is None or digest.job_id != self.plan.job_id:
@@ -255,6 +272,10 @@ class DigestFollower:
             self.workers_done_seen = mono
         if digest.workers_ended_at is not None and self.workers_ended_seen is None:
             self.workers_ended_seen = mono
+        if digest.workers_finished_at is None:
+            self.workers_finished_seen = None
+        elif self.workers_finished_seen is None:
+            self.workers_finished_seen = mono
 
     def watcher_lost(self, mono: float) -> Optional[str]:
         """Why the watcher counts as gone: its digest stopped changing (after it had

@@ -507,8 +507,10 @@ def _rendezvous(value: Any, key_path: KeyPath, locations: Locations,
                                          defaults.heartbeat_timeout_s),
         stall_timeout_s=_duration_or_null(section, "stall_timeout", defaults.stall_timeout_s),
         exit_timeout_s=_duration_or_null(section, "exit_timeout", defaults.exit_timeout_s),
+        exit_grace_s=section.take("exit_grace", duration, defaults.exit_grace_s),
         member_start=section.take("member_start", choice(MemberStart), defaults.member_start),
         scheduler=section.take("scheduler", choice(SchedulerStart), defaults.scheduler),
+        trust_shared=section.take("trust_shared", _bool, defaults.trust_shared),
     )
     section.finish()
     return result

@@ -131,6 +131,13 @@ class RendezvousSpec:
         "output this long while another worker has finished fails the job (a dist_sync "
         "deadlock); null: neither; launch --exit-timeout",
         key="exit_timeout", type="duration or null", default_text="60s", default=60.0)
+    #: once every worker's code has finished, a worker still running this long is ended
+    exit_grace_s: float = spec_field(
+        "once every worker's script code has finished (training is over), a worker still "
+        "running this long is ended and counts as succeeded (MXNet's exit hang), and "
+        "servers and the scheduler end as soon as every worker has; exit_timeout is the "
+        "longer wait of a worker that finished while another still trains; launch "
+        "--exit-grace", key="exit_grace", type="duration", default_text="5s", default=5.0)
     member_start: MemberStart = spec_field(
         "when servers and workers start: early (with the scheduler; their Python is held "
         "just before MXNet connects, until the scheduler listens, so MXNet imports in "
