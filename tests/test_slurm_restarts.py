@@ -178,3 +178,22 @@ def test_walltime_signal_checkpoints_and_relaunches(slurm, tmp_path):
     numbers("slurm walltime signal", fault_at, run, final, stopped_at)
     wait_queue_empty(lambda: slurm_queued(slurm, job), job, 60)
     assert_no_processes(job, timeout=30)
+
+
+def test_a_worker_that_raises_early_in_training_is_restarted(slurm, tmp_path):
+    """Issue 36 on a batch system: worker rank 1 raises a few steps after the first
+    epoch's checkpoint; its hook said ``connected``, so the driver relaunches the job,
+    which resumes from the checkpoint and succeeds, nothing left queued."""
+    spec = resume_spec(tmp_path, "slurm-crash")
+    job = slurm.submit(spec, "--backend", "slurm",
+                       env={"EPOCHS": "2", "FAIL_AT_STEP": str(BATCHES + 3), "FAIL_RANK": "1",
+                            "PRINT_EVERY": "1000"})
+    result = slurm.run("wait", job, "--timeout", "600", timeout=660)
+    assert result.returncode == 0, result.stderr
+    status = slurm.status(job)
+    assert [a["reason"] for a in status["attempts"]] == ["failure", "succeeded"], status
+    assert "exited with code 1" in status["attempts"][0]["detail"]
+    final = assert_every_epoch_once(spec.parent, 2)
+    assert final["resumed"][0] == {"attempt": 1, "steps": BATCHES}
+    wait_queue_empty(lambda: slurm_queued(slurm, job), job, 60)
+    assert_no_processes(job, timeout=30)
