@@ -30,11 +30,13 @@ library only, and ``site`` with its ``.pth`` files can import whole packages fir
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from .. import runtime
-from ..spec.paths import mxbatch_home
+from ..runtime import trust
+from ..spec.paths import make_private_dirs, mxbatch_home
 
 RUNTIME_SOURCE = Path(runtime.__file__).resolve().parent
 PACKAGE = "mxbatch_runtime"
@@ -144,15 +146,12 @@ def cached_archive(members: Dict[str, bytes], cache: Path) -> bytes:
     recorded in its modification time), else built and kept there, with the
     ``CACHED_ARCHIVES`` most recently used of the others."""
     path = cache / f"runtime-{members_digest(members)}.pyz"
-    try:
-        data = path.read_bytes()
-        os.utime(path)
+    data = _read_trusted(path)
+    if data is not None:
         return data
-    except OSError:
-        pass
     data = archive_bytes(members)
     try:
-        cache.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(cache)
         _replace_with(path, data)
         others = sorted((p for p in cache.glob("runtime-*.pyz") if p != path),
                         key=lambda p: p.stat().st_mtime, reverse=True)
@@ -161,6 +160,30 @@ def cached_archive(members: Dict[str, bytes], cache: Path) -> bytes:
     except OSError:
         pass  # no cache: the next job builds it again
     return data
+
+
+def _read_trusted(path: Path) -> Optional[bytes]:
+    """The bytes of the cached archive ``path`` (its use recorded in its modification
+    time) when nobody but this user could have written them: the file is no symlink,
+    is this user's and writable by nobody else, in a trusted folder
+    (``trust.untrusted_folder``); else None (the archive is built again)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid()
+                or info.st_mode & 0o022 or trust.untrusted_folder(str(path.parent))):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as stream:
+            data = stream.read()
+        os.utime(fd)
+        return data
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def write_runtime(target: Path, cache: Optional[Path] = None) -> Path:

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..errors import BadInput, ExitCode, JobNotFound, MxbatchError
 from ..runtime.files import atomic_write_json
 from ..runtime.layout import RunLayout
-from ..spec.paths import HOME_ENV, jobs_dir, mxbatch_home  # noqa: F401 (mxbatch_home: plugins)
+from ..spec.paths import HOME_ENV, jobs_dir, make_private_dirs, mxbatch_home  # noqa: F401 (mxbatch_home: plugins)
 from ..spec.plan import check_job_id
 from ..spec.typed import ConversionError, from_data, to_data
 
@@ -68,7 +68,7 @@ class JobRecord:
 def _jobs_dir() -> Path:
     path = jobs_dir()
     try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(path)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise BadInput(f"{HOME_ENV}: the job records' folder {path} is behind a symlink "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -23,11 +24,12 @@ from typing import TYPE_CHECKING, List, Optional, Sequence
 import mxbatch
 
 from .. import __version__
-from ..backends import bundle
+from ..backends import bundle, rundir
 from ..jobs.scripts import missing_scripts, script_of
-from ..runtime import net
+from ..runtime import net, trust
 from ..runtime.layout import RUNTIME
 from ..runtime.roles import Role
+from ..spec.paths import make_private_dirs
 from ..spec.schema import JobSpec
 from .checks import (
     COMMAND_TIMEOUT_S,
@@ -90,13 +92,20 @@ def mxnet_checks(spec: Optional[JobSpec]) -> List[Check]:
 
 
 def rendezvous_check(spec: JobSpec) -> Check:
-    """The rendezvous directory exists (created 0700 if missing), is writable, and is
-    not open to other users (mode 0700: run directories hold plans and logs)."""
+    """The rendezvous directory exists (created 0700 if missing), is writable, no other
+    user can change it or a folder above it (``runtime.trust``: failed before anything
+    is created; a warning where the site config sets ``rendezvous.trust_shared``), and
+    it is not open to other users unless it is a root-owned sticky scratch folder (mode
+    0700: run directories hold plans and logs)."""
     base = spec.rendezvous.dir
     name = "rendezvous directory"
+    found = trust.untrusted_folder(str(base))
+    if found is not None and not spec.rendezvous.trust_shared:
+        return failed(name, f"{found.describe()}: another user could replace a run "
+                            "directory there and run code as you", rundir.TRUST_FIX)
     created = not base.exists()
     try:
-        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(base)
         probe = tempfile.mkdtemp(prefix=".mxbatch-doctor-", dir=base)
         os.rmdir(probe)
     except OSError as exc:
@@ -104,7 +113,17 @@ def rendezvous_check(spec: JobSpec) -> Check:
                             f"{exc.strerror or exc}",
                       "set rendezvous.dir (job spec or profile) to a directory you can "
                       "write, on storage every compute node sees")
-    mode = base.stat().st_mode & 0o777
+    if found is not None:
+        return warned(name, f"{found.describe()}, trusted by the site config "
+                            "(rendezvous.trust_shared): whoever can write there can run "
+                            "code as every user of this folder",
+                      "unset rendezvous.trust_shared unless only trusted users can write "
+                      "there; " + rundir.TRUST_FIX.split("; ")[0])
+    info = base.stat()
+    mode = stat.S_IMODE(info.st_mode)
+    if info.st_uid == 0 and mode & stat.S_ISVTX:
+        return passed(name, f"{base} is writable, a root-owned scratch folder (mode "
+                            f"{mode:04o}): run directories in it are 0700")
     if mode & 0o077:
         return failed(name, f"{base} is writable but has mode {mode:04o}: other users can "
                             "read (or change) job plans and logs",

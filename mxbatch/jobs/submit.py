@@ -59,6 +59,7 @@ def prepare(spec: JobSpec, backend_name: str, *, workers: Optional[int] = None,
                              signal_ends=backend.signal_ends)
     backend.check(job_plan)
     containers.check_spec(job_plan)
+    rundir.check_trusted(job_plan)  # render too: what it shows must not run from there
     if for_submit:
         backend.check_environment()
         containers.check_environment(job_plan, remote=not backend.loopback_only)

@@ -42,6 +42,9 @@ from .typed import kind_of
 JOB_ONLY_KEYS = ("name", "command", "workdir")
 PROFILE_KEYS = tuple(k for k in specs.SPEC_KEYS if k not in JOB_ONLY_KEYS)
 CONFIG_KEYS = ("default_profile", "defaults", "profiles")
+#: spec keys only a site config (a profile or ``defaults``) may set: what a site knows
+#: of its shared storage, never a job's choice
+SITE_ONLY_KEYS: Tuple[KeyPath, ...] = (("rendezvous", "trust_shared"),)
 #: stands in for the command while a profile is validated alone
 _PLACEHOLDER_COMMAND = ["mxbatch-profile-check"]
 
@@ -241,12 +244,25 @@ def _forget(locations: Locations, key_path: KeyPath) -> None:
 # --------------------------------------------------------------------------- jobs
 
 
+def _reject_site_only(data: Any, locations: Locations) -> None:
+    """A ``SpecError`` at the first ``SITE_ONLY_KEYS`` key a job spec sets."""
+    for key_path in SITE_ONLY_KEYS:
+        section = data
+        for key in key_path[:-1]:
+            section = section.get(key) if isinstance(section, dict) else None
+        if isinstance(section, dict) and key_path[-1] in section:
+            raise locations.error(key_path, "only the site config may set this key",
+                                  "it says what a site's shared storage is: set it in "
+                                  "defaults or a profile of the config file")
+
+
 def load_job(spec_file: Path, *, profile: Optional[str] = None,
              site: Optional[SiteConfig] = None) -> JobSpec:
     """The job spec at ``spec_file`` over the site's defaults and profile (validated)."""
     spec_file = Path(spec_file)
     text = inputfile.read_text(spec_file, "the job spec") or ""
     data, locations = load_located(text, spec_file)
+    _reject_site_only(data, locations)
     layers = (site or load_config()).layers(profile)
     if not layers or not isinstance(data, dict):  # a non-mapping spec fails in specs
         return specs.from_mapping(data, base_dir=spec_file.resolve().parent,

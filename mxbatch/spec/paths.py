@@ -31,3 +31,19 @@ def config_path() -> Optional[Path]:
         return Path(explicit).expanduser() if explicit else None
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base).expanduser() / "mxbatch" / "config.yaml"
+
+
+def make_private_dirs(path: Path) -> None:
+    """Create ``path`` and any missing folder above it, each mode 0700 whatever the
+    umask (``Path.mkdir(parents=True)`` makes the parents ``0777 & ~umask``)."""
+    missing = []
+    for folder in (path, *path.parents):
+        if folder.is_dir():
+            break
+        missing.append(folder)
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            if not folder.is_dir():
+                raise

@@ -151,6 +151,11 @@ class RendezvousSpec:
         "CPU-second less, and it listens sooner) or script (its command, as launch.py runs "
         "it: for modules imported before MXNet that change sys.path or ps-lite variables)",
         type="lean or script", default_text="lean", default=SchedulerStart.LEAN)
+    trust_shared: bool = spec_field(
+        "site config only: accept a rendezvous dir (or a folder above it) that other "
+        "users can write, which mxbatch otherwise refuses (docs/shared-systems.md); only "
+        "where every user who can write there is trusted; doctor warns",
+        default=False)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,269 @@
+"""Shared systems (issue 34, section 1): another Unix user, created by this module
+(``mxbatch-other``), attacks the rendezvous folder for real (``sharedattack.py``: watch
+the folder, rename a new run directory aside, put its own in its place, plant its own
+``runtime.pyz``). A folder that user can write (0777, or 1777 owned by that user) is
+refused before anything is created, on local and on Slurm; a root-owned 1777 scratch
+folder works, and the attack on it fails. Also: the site's ``trust_shared``, doctor's
+words, a umask of 000, and a cached runtime archive another user could have written."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Dict, Iterator, List
+
+import pytest
+
+from mxbatch.backends import bundle
+from mxbatch.runtime import trust
+
+from .clusterjobs import fake_spec, run_dir_of
+from .conftest import Cli, cluster_environment, cluster_env_file, write_spec
+
+OTHER = "mxbatch-other"
+ATTACK = Path(__file__).with_name("sharedattack.py")
+#: the folder kinds of the issue and whether a submission may use them
+CASES = {"0777": False, "1777-other": False, "1777-root": True}
+
+
+@pytest.fixture(scope="module")
+def other() -> Dict[str, int]:
+    """The second Unix user (made once, idempotently): its uid and gid."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the test makes a second user and runs code as it")
+    if subprocess.run(["id", "-u", OTHER], capture_output=True).returncode != 0:
+        made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                               "/usr/sbin/nologin", OTHER], capture_output=True, text=True)
+        if made.returncode not in (0, 9):  # 9: made in the meantime
+            pytest.fail(f"useradd {OTHER}: {made.stderr}")
+    import pwd
+
+    entry = pwd.getpwnam(OTHER)
+    return {"uid": entry.pw_uid, "gid": entry.pw_gid}
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """A folder under /tmp the other user can reach (root's 0755; the test's own
+    tmp_path is behind root's 0700 pytest folder); seen by the Slurm nodes too."""
+    base = Path(tempfile.mkdtemp(prefix="mxbatch-shared-", dir="/tmp"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def shared_folder(base: Path, case: str, other: Dict[str, int]) -> Path:
+    folder = base / f"rdv-{case}"
+    folder.mkdir()
+    if case == "0777":
+        folder.chmod(0o777)
+    else:
+        folder.chmod(0o1777)
+        if case == "1777-other":
+            os.chown(folder, other["uid"], other["gid"])
+    return folder
+
+
+class Attacker:
+    """``sharedattack.py`` as the other user, against ``folder``."""
+
+    def __init__(self, base: Path, folder: Path, prefix: str, other: Dict[str, int]) -> None:
+        self.out = base / "attacker"
+        self.out.mkdir(exist_ok=True)
+        self.out.chmod(0o777)
+        self.marker = self.out / "pwned"
+        self.report = self.out / "report.jsonl"
+        self.proc = subprocess.Popen(
+            ["setpriv", f"--reuid={other['uid']}", f"--regid={other['gid']}",
+             "--clear-groups", "/usr/bin/python3", str(ATTACK), str(folder), prefix,
+             str(self.marker), str(self.report), "300"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def stop(self) -> List[dict]:
+        """Stop it; the steps it reported."""
+        self.proc.terminate()
+        _, err = self.proc.communicate(timeout=10)
+        assert self.proc.returncode in (0, -15), err
+        if not self.report.exists():
+            return []
+        return [json.loads(line) for line in self.report.read_text().splitlines()]
+
+
+def assert_refused(result: subprocess.CompletedProcess, folder: Path, case: str,
+                   home: Path) -> None:
+    """Exit 2 naming the folder, its owner and mode and what to do; nothing made."""
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    owner = OTHER if case == "1777-other" else "root"
+    mode = "0777" if case == "0777" else "1777"
+    assert f"{folder} (owner {owner}, mode {mode})" in result.stderr, result.stderr
+    assert "rendezvous.dir" in result.stderr and "folder of your own" in result.stderr
+    assert "trust_shared" in result.stderr
+    assert list(folder.iterdir()) == []
+    assert not (home / "jobs").is_dir() or list((home / "jobs").iterdir()) == []
+
+
+def run_attacked(cli: Cli, base: Path, case: str, other: Dict[str, int], backend: str,
+                 tmp_path: Path) -> None:
+    """Submit a stand-in job to ``backend`` in a ``case`` folder while the other user
+    attacks it: refused with nothing made, or (root-owned 1777) run to success with
+    the attack refused at the rename and at the plant."""
+    folder = shared_folder(base, case, other)
+    name = f"shared-{backend}-{case}"
+    spec = fake_spec(tmp_path, backend, "", name=name, runs=folder, workers=1,
+                     env={"FAKE_SLEEP": "1"})
+    render = cli.run("render", str(spec), "--backend", backend)
+    attacker = Attacker(base, folder, name, other)
+    try:
+        if not CASES[case]:
+            assert render.returncode == 2, render.stdout
+            result = cli.run("submit", str(spec), "--backend", backend, "--wait")
+            assert_refused(result, folder, case, cli.home)
+            steps = attacker.stop()
+            assert steps == []
+        else:
+            assert render.returncode == 0, render.stderr
+            job = cli.submit(spec, "--backend", backend)
+            waited = cli.run("wait", job, "--timeout", "180")
+            steps = attacker.stop()
+            assert waited.returncode == 0, (waited.stdout, waited.stderr, steps)
+            run_dir = run_dir_of(cli, job)
+            assert run_dir.parent == folder
+            assert trust.run_dir_problem(os.lstat(run_dir)) is None
+            kinds = [step["step"] for step in steps if step["name"] == job]
+            assert kinds[:3] == ["seen", "rename refused", "plant refused"], steps
+            assert "renamed" not in kinds and "planted" not in kinds
+    finally:
+        if attacker.proc.poll() is None:
+            attacker.stop()
+    assert not attacker.marker.exists(), "the other user's runtime.pyz ran"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_local_shared_folder_attack(cli, other, scratch, case, tmp_path):
+    run_attacked(cli, scratch, case, other, "local", tmp_path)
+
+
+@pytest.mark.slurm
+@pytest.mark.skipif(not cluster_env_file("slurm").is_file() and
+                    not os.environ.get("MXBATCH_REQUIRE"),
+                    reason="the Slurm test cluster is not up")
+@pytest.mark.parametrize("case", list(CASES))
+def test_slurm_shared_folder_attack(home, other, scratch, case, tmp_path):
+    slurm = Cli(home, cluster_environment("slurm"))
+    run_attacked(slurm, scratch, case, other, "slurm", tmp_path)
+
+
+def test_a_folder_above_is_checked_too(cli, other, scratch, tmp_path):
+    """A folder of the user's own (0700) under one the other user can write: refused,
+    naming the folder above; a rendezvous dir still to be made there likewise."""
+    above = shared_folder(scratch, "0777", other)
+    mine = above / "mine"
+    mine.mkdir(mode=0o700)
+    for runs in (mine, above / "new" / "runs"):
+        spec = fake_spec(tmp_path, "local", "", name="above", runs=runs, workers=1)
+        result = cli.run("submit", str(spec), "--backend", "local")
+        assert result.returncode == 2 and f"{above} (owner root, mode 0777)" in result.stderr
+    assert not (above / "new").exists()
+
+
+def test_a_symlink_through_a_shared_folder_is_followed(cli, other, scratch, tmp_path):
+    """A rendezvous dir reached through a symlink into a folder the other user can
+    write: the folder the link leads through is refused."""
+    shared = shared_folder(scratch, "0777", other)
+    (shared / "runs").mkdir(mode=0o700)
+    private = scratch / "private"
+    private.mkdir(mode=0o700)
+    (private / "link").symlink_to(shared / "runs")
+    assert trust.untrusted_folder(str(private / "link")).path == str(shared)
+
+
+def test_the_site_may_trust_its_shared_storage(cli, other, scratch, tmp_path):
+    """``rendezvous.trust_shared: true`` in the site config: accepted, doctor warns; in
+    a job spec it is an error at its line (a job cannot vouch for a site)."""
+    folder = shared_folder(scratch, "0777", other)
+    config = write_spec(tmp_path / "config.yaml",
+                        "defaults:\n  rendezvous: {trust_shared: true}\n")
+    spec = fake_spec(tmp_path, "local", "", name="trusted", runs=folder, workers=1,
+                     env={"FAKE_SLEEP": "0"})
+    env = {"MXBATCH_CONFIG": str(config)}
+    result = cli.run("submit", str(spec), "--backend", "local", "--wait", env=env)
+    assert result.returncode == 0, result.stderr
+    doctor = cli.run("doctor", str(spec), "--backend", "local", "--no-probe", "--json", env=env)
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    check = checks["rendezvous directory"]
+    assert check["outcome"] == "warn" and "trust_shared" in check["detail"], check
+    in_spec = json.loads(spec.read_text())
+    in_spec["rendezvous"]["trust_shared"] = True
+    spec.write_text(json.dumps(in_spec, indent=1))
+    refused = cli.run("render", str(spec), "--backend", "local")
+    assert refused.returncode == 2
+    assert "rendezvous.trust_shared: only the site config may set this key" in refused.stderr
+
+
+def test_doctor_names_the_sticky_mode_and_owner(cli, other, scratch, tmp_path):
+    folder = shared_folder(scratch, "1777-other", other)
+    spec = fake_spec(tmp_path, "local", "", name="doc", runs=folder, workers=1)
+    doctor = cli.run("doctor", str(spec), "--backend", "local", "--no-probe", "--json")
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    check = checks["rendezvous directory"]
+    assert check["outcome"] == "fail", check
+    assert f"(owner {OTHER}, mode 1777)" in check["detail"], check
+    root_sticky = shared_folder(scratch, "1777-root", other)
+    spec = fake_spec(tmp_path, "local", "", name="doc", runs=root_sticky, workers=1)
+    doctor = cli.run("doctor", str(spec), "--backend", "local", "--no-probe", "--json")
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    assert checks["rendezvous directory"]["outcome"] == "pass", checks
+
+
+def test_umask_000_leaves_nothing_open(tmp_path):
+    """With a umask of 000 the home, its job records, its cache and a run directory's
+    folders are made 0700."""
+    home = tmp_path / "deep" / "home"
+    spec = fake_spec(tmp_path, "local", "", name="umask", workers=1,
+                     env={"FAKE_SLEEP": "0"})
+    cli = Cli(home)
+    result = subprocess.run(
+        ["sh", "-c", 'umask 000 && exec "$@"', "sh", cli_python(), "-m", "mxbatch",
+         "submit", str(spec), "--backend", "local"],  # detached: it ships the runtime
+        env=dict(cli.env, MXBATCH_CONFIG=""), capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    job = result.stdout.strip().splitlines()[-1]
+    waited = cli.run("wait", job, "--timeout", "120", env={"MXBATCH_CONFIG": ""})
+    assert waited.returncode == 0, waited.stderr
+    for path in (tmp_path / "deep", home, home / "jobs", home / "cache",
+                 home / "cache" / "runtime", home / "runs"):
+        assert path.stat().st_mode & 0o777 == 0o700, path
+
+
+def cli_python() -> str:
+    import sys
+
+    return sys.executable
+
+
+def test_a_cached_archive_another_user_wrote_is_not_used(tmp_path, other):
+    """The runtime archive cached in $MXBATCH_HOME/cache: one another user owns, or
+    one in a folder others can write, or a symlink, is built again, never copied into
+    a run directory."""
+    members = bundle.runtime_members()
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    good = bundle.cached_archive(members, cache)
+    (path,) = cache.glob("runtime-*.pyz")
+    path.write_bytes(b"planted")
+    os.chown(path, other["uid"], other["gid"])
+    assert bundle.cached_archive(members, cache) == good
+    path.write_bytes(b"planted")
+    os.chown(path, 0, 0)
+    cache.chmod(0o777)
+    assert bundle.cached_archive(members, cache) == good
+    cache.chmod(0o700)
+    path.unlink()
+    planted = tmp_path / "planted.pyz"
+    planted.write_bytes(b"planted")
+    path.symlink_to(planted)
+    assert bundle.cached_archive(members, cache) == good
