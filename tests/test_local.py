@@ -205,7 +205,10 @@ def test_walltime_is_enforced(cli, tmp_path):
     spec = fake_spec(tmp_path, extra="env: {FAKE_SLEEP: '600'}\nresources: {walltime: 2s}\n")
     result = cli.run("submit", "--wait", str(spec))
     assert result.returncode == 1
-    assert "exceeded its walltime of 2s" in result.stderr
+    assert re.search(r"FAILED: the job reached its walltime \(2s; \w+\[0\], the first task "
+                     r"past it, was stopped\)", result.stderr), result.stderr
+    # the job's clock ended it: no role's last output is quoted as the cause
+    assert "last output" not in result.stderr
     assert_no_processes(result.stdout.split()[0])
 
 

@@ -275,7 +275,10 @@ def throughput(tasks: List[TaskStatus]) -> Tuple[Optional[float], List[str]]:
 
 
 def _cause_task(abort: AbortRecord, tasks: List[TaskStatus]) -> str:
-    """The task a failure abort names, else the first task that failed by itself."""
+    """The task a failure abort names, else the first task that failed by itself; none
+    for a walltime: the job's clock ended it, and no role's last words say why."""
+    if abort.end_reason is EndReason.WALLTIME:
+        return ""
     if abort.role is not None and abort.rank is not None:
         return f"{abort.role.value}[{abort.rank}]"
     failed = [t for t in tasks if t.state is TaskState.FAILED]

@@ -745,8 +745,8 @@ class TaskRunner:
                 rank=self.task.rank, end=EndReason.WALLTIME,
                 reason="%s reached its walltime of %gs less the checkpoint lead of %gs"
                        % (self.label, walltime, lead)))
-        failed = self.fail("%s exceeded its walltime of %gs" % (self.label, walltime),
-                           wall, mono)
+        failed = self.fail("the job reached its walltime (%gs; %s, the first task past it, "
+                           "was stopped)" % (walltime, self.label), wall, mono)
         failed.abort.end = EndReason.WALLTIME
         raise failed
 
