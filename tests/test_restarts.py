@@ -38,7 +38,7 @@ PLAN = RestartPlan(max=3)
 @pytest.mark.parametrize("history,restart,why", [
     ([_ended(0, EndReason.SUCCEEDED)], False, "succeeded"),
     ([_ended(0, EndReason.CANCELLED)], False, "cancelled"),
-    ([_ended(0, EndReason.FAILURE)], True, "restarting as attempt 1 of at most 4"),
+    ([_ended(0, EndReason.FAILURE)], True, "restarting as attempt 1 (restarts.max 3)"),
     ([_ended(0, EndReason.STALL)], False, "stall is not in restarts.on"),
     ([_ended(0, EndReason.FAILURE, startup=True)], False, "failed before it reached"),
     ([_ended(0, EndReason.FAILURE), _ended(1, EndReason.FAILURE)], False,
@@ -136,7 +136,7 @@ def test_a_failed_attempt_is_relaunched_and_succeeds(cli, tmp_path):
     result = cli.run("submit", "--wait", str(spec))
     assert result.returncode == 0, result.stderr
     assert "mxbatch: attempt 0: failure (worker[" in result.stderr
-    assert "restarting as attempt 1 of at most 2" in result.stderr
+    assert "restarting as attempt 1 (restarts.max 1)" in result.stderr
     job = result.stdout.split()[0]
     status = cli.status(job)
     assert status["state"] == "SUCCEEDED" and status["attempt"] == 1

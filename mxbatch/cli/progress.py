@@ -99,10 +99,12 @@ def queued_for(status: JobStatus, submitted_at: float, now: float) -> float:
 
 
 def attempt_text(status: JobStatus) -> str:
-    """``attempt 2/4`` (counted from 1, of at most ``max_attempts``); "" without restarts."""
+    """``attempt 1 (max 3)``: numbered from 0 as everywhere (``MXBATCH_ATTEMPT``,
+    ``logs --attempt``, the attempts table), up to ``restarts.max``; "" without
+    restarts."""
     if status.max_attempts <= 1 and status.attempt == 0:
         return ""
-    return f"attempt {status.attempt + 1}/{status.max_attempts}"
+    return f"attempt {status.attempt} (max {status.max_attempts - 1})"
 
 
 def summary(status: JobStatus, submitted_at: float, now: float) -> str:

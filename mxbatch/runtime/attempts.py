@@ -277,8 +277,8 @@ def decide(plan: RestartPlan, history: Sequence[AttemptRecord]) -> Decision:
         return Decision(False, "not restarted: attempts %d and %d ended the same way "
                                "(%s)" % (history[-2].index, last.index,
                                          last.detail or reason.value))
-    return Decision(True, "restarting as attempt %d of at most %d"
-                    % (last.index + 1, plan.attempts))
+    return Decision(True, "restarting as attempt %d (restarts.max %d)"
+                    % (last.index + 1, plan.max))
 
 
 def excluded_after(record: AttemptsRecord, end: AttemptEnd) -> List[str]:
