@@ -235,7 +235,7 @@ def exit_hang_note(tasks: List[TaskStatus]) -> str:
     names = _listed([f"{t.label} (hung {round(t.exit_hang_s or 0)}s)" for t in hung])
     were, whose = ("was", "its") if len(hung) == 1 else ("were", "their")
     return (f"MXNet's exit hang: {names} {were} ended by mxbatch after {whose} code had "
-            "finished (rendezvous.exit_timeout)")
+            "finished (rendezvous.exit_grace, exit_timeout)")
 
 
 def _listed(items: List[str]) -> str:
