@@ -22,7 +22,7 @@ from mxbatch.backends import bundle
 from mxbatch.runtime import trust
 
 from .clusterjobs import fake_spec, run_dir_of
-from .conftest import Cli, cluster_environment, cluster_env_file, write_spec
+from .conftest import Cli, cluster_env_file, cluster_environment, write_spec
 
 OTHER = "mxbatch-other"
 ATTACK = Path(__file__).with_name("sharedattack.py")
@@ -267,3 +267,113 @@ def test_a_cached_archive_another_user_wrote_is_not_used(tmp_path, other):
     planted.write_bytes(b"planted")
     path.symlink_to(planted)
     assert bundle.cached_archive(members, cache) == good
+
+
+# --------------------------------------------------------------------------- bad input
+# (issue 34, section 4)
+
+
+def strict_json(text: str):
+    """``text`` parsed as RFC 8259 JSON: NaN and the infinities are no JSON."""
+    def refuse(constant: str):
+        raise ValueError(f"not JSON: {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("where", ["env", "argv"])
+def test_a_nul_in_an_env_value_or_a_word_is_a_spec_error(cli, tmp_path, where):
+    spec = fake_spec(tmp_path, "local", "", name="nul", workers=1)
+    data = json.loads(spec.read_text())
+    if where == "env":
+        data["env"]["X"] = "a\u0000b"
+    else:
+        data["roles"]["worker"]["command"] = ["python3", "a\u0000b"]
+    spec.write_text(json.dumps(data, indent=1))
+    key = "env: X: the value" if where == "env" else "roles.worker.command: word [1]"
+    for args in (("render",), ("submit", "--wait")):
+        result = cli.run(*args, str(spec), "--backend", "local")
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert "nul.yaml:" in result.stderr and key in result.stderr, result.stderr
+        assert "NUL character" in result.stderr and "submitted" not in result.stderr
+    assert cli.run_dirs() == []
+    assert not (cli.home / "jobs").is_dir() or list((cli.home / "jobs").iterdir()) == []
+
+
+def test_the_smallest_heartbeat_timeout_is_named(cli, tmp_path):
+    spec = fake_spec(tmp_path, "local", "", name="beat", workers=1)
+    data = json.loads(spec.read_text())
+    data["rendezvous"]["heartbeat_timeout"] = "1ms"
+    spec.write_text(json.dumps(data, indent=1))
+    result = cli.run("render", str(spec), "--backend", "local")
+    assert result.returncode == 2
+    assert "rendezvous.heartbeat_timeout: must be at least 3s, got '1ms'" in result.stderr
+
+
+def test_json_documents_are_strict_json(cli, tmp_path):
+    """A role that prints ``Speed: 1e400 samples/sec``: no speed (no JSON number can
+    say it); every ``--json`` document stays RFC 8259 JSON."""
+    from mxbatch.cli import jsonout
+    from mxbatch.runtime import metrics
+
+    assert metrics.parse_line(b"Epoch[0] Batch [20]\tSpeed: 1e400 samples/sec") == {}
+    assert strict_json(jsonout.dumps({"a": float("inf"), "b": [float("nan")]})) == \
+        {"a": None, "b": [None]}
+    spec = fake_spec(tmp_path, "local", "", name="inf", workers=1,
+                     env={"FAKE_SLEEP": "2", "FAKE_TICK": "0.2", "FAKE_SPEED": "1e400"})
+    job = cli.submit(spec, "--backend", "local")
+    assert cli.run("wait", job, "--timeout", "60").returncode == 0
+    for command in (("status", job), ("list",)):
+        result = cli.run(*command, "--json")
+        assert result.returncode == 0, result.stderr
+        strict_json(result.stdout)
+
+
+@pytest.mark.parametrize("home_kind", ["file", "/dev/null", "/proc/self/x"])
+def test_an_unusable_home_is_exit_2_and_cancel_still_stops_the_job(cli, tmp_path,
+                                                                  home_kind):
+    from .conftest import assert_no_processes
+
+    spec = fake_spec(tmp_path, "local", "", name="home", workers=1,
+                     env={"FAKE_SLEEP": "600"})
+    job = cli.submit(spec, "--backend", "local")
+    bad = {"file": str(tmp_path / "a-file")}.get(home_kind, home_kind)
+    Path(tmp_path / "a-file").write_text("")
+    env = {"MXBATCH_HOME": bad}
+    for command in (("list",), ("status", job), ("clean", "--state", "ended")):
+        result = cli.run(*command, env=env)
+        assert result.returncode == 2, (command, result.stderr)
+        assert result.stderr.startswith("Error: MXBATCH_HOME: the job records' folder "
+                                        f"{bad}/jobs"), result.stderr
+        assert "internal error" not in result.stderr
+    cancelled = cli.run("cancel", job, env=env)
+    assert "internal error" not in cancelled.stderr, cancelled.stderr
+    assert_no_processes(job, timeout=30)
+
+
+@pytest.mark.parametrize("how", ["plan lost", "submitting"])
+def test_clean_keeps_a_job_of_unknown_state_that_still_runs(cli, tmp_path, how):
+    from .conftest import assert_no_processes, wait_for
+
+    spec = fake_spec(tmp_path, "local", "", name="live", workers=1,
+                     env={"FAKE_SLEEP": "600"})
+    job = cli.submit(spec, "--backend", "local")
+    run_dir = run_dir_of(cli, job)
+    record_file = cli.home / "jobs" / f"{job}.json"
+    wait_for(lambda: cli.status(job)["state"] == "RUNNING", 60, "the job to run")
+    if how == "plan lost":
+        (run_dir / "plan.json").unlink()
+    else:
+        record = json.loads(record_file.read_text())
+        record_file.write_text(json.dumps(dict(record, submitting=True)))
+    result = cli.run("clean", "--state", "unknown", "--older-than", "1ms")
+    assert result.returncode == 0, result.stderr
+    assert "still run here" in result.stdout + result.stderr
+    assert record_file.is_file() and run_dir.is_dir()
+    from mxbatch.runtime import procs
+
+    assert procs.job_processes(job), "clean stopped the job"
+    try:
+        cli.run("cancel", job)
+        assert_no_processes(job, timeout=30)
+    finally:
+        procs.kill_all(procs.job_processes(job))

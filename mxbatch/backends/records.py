@@ -65,15 +65,26 @@ class JobRecord:
         return from_data(cls, data, strict=False)
 
 
+class HomeUnusable(BadInput):
+    """``$MXBATCH_HOME`` cannot hold the job records' folder (a regular file, a
+    device, a path under a file, read-only and missing, a symlink loop): exit 2, the
+    user's setting must change."""
+
+
 def _jobs_dir() -> Path:
+    """``$MXBATCH_HOME/jobs``, made (mode 0700) when missing; ``HomeUnusable`` when it
+    cannot be."""
     path = jobs_dir()
     try:
         make_private_dirs(path)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise BadInput(f"{HOME_ENV}: the job records' folder {path} is behind a symlink "
-                           f"loop ({exc.strerror}): set {HOME_ENV} to a folder") from None
-        raise
+        why = ("is behind a symlink loop" if exc.errno == errno.ELOOP
+               else "is under something that is not a folder"
+               if exc.errno in (errno.ENOTDIR, errno.EEXIST)
+               else f"cannot be made ({exc.strerror or exc})")
+        raise HomeUnusable(f"{HOME_ENV}: the job records' folder {path} {why}: set "
+                           f"{HOME_ENV} to a folder of your own (or unset it: "
+                           "~/.mxbatch)") from None
     return path
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 from typing import Any, Dict, Mapping, Optional
 
 #: the version of every ``--json`` document (``render``, ``status``, ``submit``...)
@@ -58,5 +59,17 @@ def document(data: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def dumps(data: Any) -> str:
-    """How every command prints its document."""
-    return json.dumps(data, indent=2)
+    """How every command prints its document: strict JSON (RFC 8259), a number that is
+    not finite (NaN, an infinity: no JSON number) as null."""
+    return json.dumps(_finite(data), indent=2, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every float that is not finite as None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

@@ -58,7 +58,7 @@ def cancel_job(job_id: str) -> CancelReport:
     """Cancel ``job_id`` (see the module docstring)."""
     try:
         record = records.load(job_id)
-    except JobNotFound as exc:
+    except (JobNotFound, records.HomeUnusable) as exc:  # its processes here still go
         killed = procs.reap_job(job_id)
         if not killed:
             raise

@@ -1,7 +1,8 @@
 """``mxbatch clean``: remove the run directories and records of old, ended jobs.
 
 Only a job that has ended (or whose state cannot be read, when asked for) is removed:
-a pending or running job never is, whatever the filters say. The run directory is
+a pending or running job never is, whatever the filters say, nor one whose state is
+unknown while a process of this host still carries its job id. The run directory is
 removed only when it is the job's own (its name is the job id, and it is no symbolic
 link); the record last, so that a failure leaves the job listed.
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from ..backends import records
+from ..runtime import procs
 from ..spec.plan import JOB_ID
 from .overview import JobSummary
 
@@ -41,6 +43,14 @@ def clean(summary: JobSummary, dry_run: bool = False) -> Cleaned:
                                                    "job id")
     if summary.state is not None and not summary.ended:
         return Cleaned(record.job_id, None, False, f"not removed: it is {summary.state_text}")
+    if summary.state is None:  # unknown (its plan lost, its submission unfinished)
+        alive = procs.job_processes(record.job_id)
+        if alive:
+            return Cleaned(record.job_id, None, False,
+                           f"not removed: its state is {summary.state_text}, but "
+                           f"{len(alive)} of its processes still run here (pid "
+                           f"{', '.join(map(str, alive[:5]))}): `mxbatch cancel "
+                           f"{record.job_id}` first")
     run_dir = Path(record.run_dir)
     own = run_dir.name == record.job_id and run_dir.is_dir() and not run_dir.is_symlink()
     if dry_run:

@@ -33,7 +33,7 @@ def parse_line(line: bytes) -> Dict[str, float]:
     """The metrics one output line reports (empty for most lines)."""
     found: Dict[str, float] = {}
     speed = _SPEEDOMETER.search(line)
-    if speed:
+    if speed and math.isfinite(float(speed.group(1))):  # 1e400 is no speed
         found[SAMPLES_PER_SEC] = float(speed.group(1))
     explicit = _EXPLICIT.search(line)
     if explicit:

@@ -357,6 +357,10 @@ def _command(value: Any, _: KeyPath) -> Tuple[str, ...]:
         raise ValueError(f"a command is a string or a list of strings, got {kind_of(value)}")
     if not argv or not argv[0]:
         raise ValueError("the command is empty")
+    for index, word in enumerate(argv):
+        if "\0" in word:  # no argv carries one: exec would refuse it
+            raise ValueError(f"word [{index}] of the command holds a NUL character "
+                             f"(\\u0000): {word!r}")
     return tuple(argv)
 
 
@@ -407,6 +411,9 @@ def _env(value: Any, key_path: KeyPath) -> Dict[str, str]:
         if isinstance(item, (dict, list)) or item is None:
             raise ValueError(f"{name}: expected a string or number, got {kind_of(item)}")
         env[name] = str(item).lower() if isinstance(item, bool) else str(item)
+        if "\0" in env[name]:  # no environment carries one: exec would refuse it
+            raise ValueError(f"{name}: the value holds a NUL character (\\u0000), which "
+                             f"no environment variable can: {env[name]!r}")
     return env
 
 
@@ -491,6 +498,11 @@ def choice(enum_class: Any) -> Callable[[Any, KeyPath], Any]:
     return parse
 
 
+#: the smallest ``rendezvous.heartbeat_timeout``: supervisors beat every third of it
+#: (``runtime.agent.Schedule``), and an idle agent turns about once a second
+MIN_HEARTBEAT_TIMEOUT_S = 3.0
+
+
 def _rendezvous(value: Any, key_path: KeyPath, locations: Locations,
                 base_dir: Path, errors: _Errors) -> RendezvousSpec:
     section = _Section(value, key_path, locations, "rendezvous", errors)
@@ -499,11 +511,19 @@ def _rendezvous(value: Any, key_path: KeyPath, locations: Locations,
     def duration(v: Any, _: KeyPath) -> float:
         return parse_duration(v)
 
+    def heartbeat_timeout(v: Any, _: KeyPath) -> float:
+        seconds = parse_duration(v)
+        if seconds < MIN_HEARTBEAT_TIMEOUT_S:
+            raise ValueError(f"must be at least {MIN_HEARTBEAT_TIMEOUT_S:g}s, got {v!r}: "
+                             "every task's supervisor writes its heartbeat three times per "
+                             "timeout, and more often than once a second only burns CPU")
+        return seconds
+
     result = RendezvousSpec(
         dir=section.take("dir", _path_in(base_dir), None) or default_runs_dir(),
         startup_timeout_s=section.take("startup_timeout", duration, defaults.startup_timeout_s),
         grace_s=section.take("grace", duration, defaults.grace_s),
-        heartbeat_timeout_s=section.take("heartbeat_timeout", duration,
+        heartbeat_timeout_s=section.take("heartbeat_timeout", heartbeat_timeout,
                                          defaults.heartbeat_timeout_s),
         stall_timeout_s=_duration_or_null(section, "stall_timeout", defaults.stall_timeout_s),
         exit_timeout_s=_duration_or_null(section, "exit_timeout", defaults.exit_timeout_s),
