@@ -4,6 +4,7 @@ task SGE holds in the error state, and a cell that cannot be reached."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import subprocess
@@ -71,8 +72,11 @@ def test_a_task_in_the_error_state_fails_the_job_and_cancel_removes_it(sge, tmp_
 def test_a_task_whose_supervisor_never_ran_is_lost_in_sges_words(sge, tmp_path):
     """Held in the queue (qsub -h) while its run directory loses the runtime (as a node
     that cannot see the run directory would), each task's supervisor cannot start once
-    released: the job fails, and the first such task's note quotes SGE's accounting
-    (the task's exit status) and the qacct command that shows it."""
+    released: the job fails, and the note of a task lost so quotes SGE's accounting (the
+    task's exit status) and the qacct command of that task's own SGE job. Which task
+    leaves the queue first is SGE's race, so ``wait`` names whichever was lost when it
+    looked; once every task has left the queue, ``status`` names them all in plan
+    order, the first (the scheduler) in SGE's words."""
     spec = fake_spec(tmp_path, "sge", "submitter: qsub, native: [-h]", name="sge-gone",
                      workers=1)
     job = sge.submit(spec, "--backend", "sge")
@@ -82,12 +86,18 @@ def test_a_task_whose_supervisor_never_ran_is_lost_in_sges_words(sge, tmp_path):
     subprocess.run(["qrls", *numbers], env=sge.env, check=True, capture_output=True)
     result = sge.run("wait", job, "--timeout", "120")
     assert result.returncode == 1, result.stderr
-    scheduler_job = sge.handle(job)["job_ids"]["scheduler"]
-    assert ("scheduler[0] lost: left the queue without starting: SGE says exit status 2 "
-            "before its supervisor wrote a record "
-            f"(`qacct -j {scheduler_job} -t 1`)") in result.stderr
+    job_ids = sge.handle(job)["job_ids"]
+    lost = re.compile(r"(\w+)\[0\] lost: left the queue without starting: SGE says exit "
+                      r"status 2 before its supervisor wrote a record \(`qacct -j (\d+) -t 1`\)")
+    named = lost.search(result.stderr)
+    assert named and job_ids[named.group(1)] == named.group(2), result.stderr
     assert "Traceback" not in result.stderr
     wait_queue_empty(lambda: sge_queued(sge, job), job, 30)
+    reason = sge.status(job)["reason"]
+    first = lost.match(reason)
+    assert first and first.groups() == ("scheduler", job_ids["scheduler"]), reason
+    assert re.findall(r"(\w+\[0\]) lost", reason) == ["scheduler[0]", "server[0]",
+                                                      "worker[0]"], reason
     assert_no_processes(job)
 
 
