@@ -91,9 +91,13 @@ def test_doctor_local_passes_on_a_fresh_machine(cli):
 
 
 def test_probe_that_cannot_start_is_cancelled_at_its_deadline(cli, tmp_path):
-    # one slot: the probe's scheduler starts, its server and worker never do
+    # every role's Python first sleeps (a sitecustomize, run after the role hook's):
+    # the probe does not finish in time
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text("import time\ntime.sleep(60)\n")
     spec = write_spec(tmp_path / "site.yaml", "command: python3\n"
-                                              "backends: {local: {slots: 1}}\n")
+                                              f"env: {{PYTHONPATH: '{slow}'}}\n")
     document = _doctor(cli, "--backend", "local", "--probe-timeout", "4", str(spec))
     probe = _by_name(document)["probe job"]
     assert probe["outcome"] == "fail" and not document["ok"]

@@ -81,7 +81,7 @@ def test_without_the_plugin_its_block_is_an_unknown_backend(cli, tmp_path):
 def test_an_unexpected_exception_is_an_internal_error_with_a_log(plugin_cli, tmp_path):
     """A bug (here in a plugin) never ends in a traceback: one paragraph naming a log
     file that holds the traceback, exit 70, nothing created."""
-    path = spec(tmp_path, "{slots: 2}").read_text().replace("echo:", "broken:")
+    path = spec(tmp_path, "{slots: 3}").read_text().replace("echo:", "broken:")
     (tmp_path / "broken.yaml").write_text(path)
     for command in ("render", "submit"):
         result = plugin_cli.run(command, "--backend", "broken", str(tmp_path / "broken.yaml"))

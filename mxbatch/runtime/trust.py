@@ -83,10 +83,8 @@ def _first_untrusted(path: str, uid: int) -> Optional[Untrusted]:
     for prefix in _prefixes(path):
         try:
             info = os.lstat(prefix)
-        except FileNotFoundError:
-            return None  # the rest is made by mxbatch (0700)
-        except NotADirectoryError:
-            return None  # not a folder: whoever creates in it says so
+        except OSError:  # missing: the rest is made by mxbatch (0700); not a folder, a
+            return None  # symlink loop: whoever creates in it says so, in its words
         if stat.S_ISLNK(info.st_mode):
             continue  # fixed by its (checked) folder; its target is checked by realpath
         problem = folder_problem(info, uid)

@@ -4,6 +4,7 @@ file's location. A leaf: it imports nothing of mxbatch."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Optional
@@ -35,10 +36,11 @@ def config_path() -> Optional[Path]:
 
 def make_private_dirs(path: Path) -> None:
     """Create ``path`` and any missing folder above it, each mode 0700 whatever the
-    umask (``Path.mkdir(parents=True)`` makes the parents ``0777 & ~umask``)."""
+    umask (``Path.mkdir(parents=True)`` makes the parents ``0777 & ~umask``); ``OSError``
+    as ``mkdir`` gives it (``FileExistsError`` when ``path`` is there but no folder)."""
     missing = []
     for folder in (path, *path.parents):
-        if folder.is_dir():
+        if os.path.lexists(folder):  # a symlink too: a loop fails below, in its words
             break
         missing.append(folder)
     for folder in reversed(missing):
@@ -47,3 +49,5 @@ def make_private_dirs(path: Path) -> None:
         except FileExistsError:
             if not folder.is_dir():
                 raise
+    if not missing and not path.is_dir():
+        raise FileExistsError(errno.EEXIST, "exists and is no folder", str(path))
