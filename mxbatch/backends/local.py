@@ -13,7 +13,8 @@ agent the grace period to stop the roles, then SIGKILLs whatever of the job is l
 (found by its ``MXBATCH_JOB_ID`` environment variable). The manager is named by its
 pid and start time (``procs.Process``), and ``status`` takes it for gone once its
 task records have not been written for the heartbeat timeout (``supervised``): a
-stopped or hung manager does not leave the job RUNNING for ever.
+stopped or hung manager does not leave the job RUNNING for ever; but an attached CLI
+stopped by its terminal (Ctrl-Z) leaves its job paused until ``fg`` or ``bg``.
 """
 
 from __future__ import annotations
@@ -56,11 +57,13 @@ class LocalOptions:
 class LocalHandle(Handle):
     """The job manager of the job (a detached one, or the attached CLI), when it started
     (``procs.Process``: a pid given to another process later is not it), and where it
-    runs."""
+    runs; ``attached``: it is the CLI in the user's terminal, whose job control may stop
+    it (Ctrl-Z) and continue it (``supervised``: the job is paused, not lost)."""
 
     manager_pid: int
     host: str = ""
     manager_started: Optional[int] = None
+    attached: bool = False
 
     @property
     def manager(self) -> procs.Process:
@@ -124,7 +127,7 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
         if request.attached:
             me = procs.Process.of(os.getpid())
             return LocalHandle(manager_pid=me.pid, host=socket.gethostname(),
-                               manager_started=me.started)
+                               manager_started=me.started, attached=True)
         with open(layout.manager_log, "ab") as log:
             manager = subprocess.Popen(
                 list(request.manager_argv),
@@ -171,7 +174,8 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
         return received[0] if received and cancelled else None
 
     def status(self, record: JobRecord) -> JobStatus:
-        return status_supervised_here(self.name, record, self.handle_of(record).manager)
+        handle = self.handle_of(record)
+        return status_supervised_here(self.name, record, handle.manager, handle.attached)
 
     def await_stopped(self, record: JobRecord, handle: LocalHandle, run: RunPlan) -> None:
         """After the abort record: the manager stops the roles and exits (one that is

@@ -21,6 +21,7 @@ from ..spec.schema import DEFAULT_BACKEND
 from . import jsonout
 from . import launch as launchcli
 from .completion import job_ids, profile_names
+from .output import Loss, OutputLost, Stream, Terminal
 from .params import Duration, backend_option
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,7 +60,12 @@ _SERVERS = click.option("-s", "--servers", type=int, default=None,
 
 
 def _err(message: str) -> None:
-    click.echo(message, err=True)
+    """A message on stderr; nothing when stderr cannot be written to (closed, a broken
+    pipe, a full device): a message never changes what a command did."""
+    try:
+        click.echo(message, err=True)
+    except (OSError, ValueError):
+        pass
 
 
 def symlink_loop(exc: BaseException) -> Optional[BadInput]:
@@ -235,6 +241,7 @@ def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Op
         for missing in missing_scripts(spec):
             _err(f"mxbatch: warning: {missing.message()}")
     attached = backend.attach(request) if wait else None
+    terminal = Terminal() if wait else None  # a job followed: its output never blocks it
     check_interrupted()  # a Ctrl-C Python dropped while preparing: submit nothing
     # from here until the job is supervised (or followed), Ctrl-C is held back so that
     # it cancels the job whenever it comes (mxbatch.interrupts)
@@ -243,15 +250,19 @@ def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Op
         if as_json and not wait:
             click.echo(jsonout.dumps(jsonout.document(_record_data(record))))
         elif not as_json and not (wait and _one_terminal()):
-            click.echo(record.job_id)  # for scripts; a terminal reads it on stderr below
+            if terminal is not None:  # for scripts; a terminal reads it on stderr below
+                terminal.echo(record.job_id)
+            else:
+                click.echo(record.job_id)
         _err(f"mxbatch: submitted {record.job_id} to {record.backend}; "
              f"run directory {record.run_dir}")
         if attached is not None:
             _attend_and_exit(backend, record, stream_logs=not quiet and not as_json,
-                             supervise_here=True, held=held, quiet=quiet, as_json=as_json)
+                             supervise_here=True, held=held, quiet=quiet, as_json=as_json,
+                             terminal=terminal)
         elif wait:
             _attend_and_exit(backend, record, stream_logs=not quiet and not as_json,
-                             held=held, quiet=quiet, as_json=as_json)
+                             held=held, quiet=quiet, as_json=as_json, terminal=terminal)
 
 
 def _one_terminal() -> bool:
@@ -275,43 +286,67 @@ def _status_document(record: records.JobRecord, status: JobStatus,
                                  cause=cause.to_dict() if cause else None))
 
 
-def _print_final(backend, record: records.JobRecord, status: JobStatus) -> None:
-    """``--json`` of an attached command: the final status, and its cause if it failed."""
+def _print_final(backend, record: records.JobRecord, status: JobStatus,
+                 out: Terminal) -> None:
+    """``--json`` of an attached command: the final status, and its cause if it failed
+    (through ``out``: nothing, and no error, where stdout is lost)."""
     from ..jobs.cause import failure_cause
 
-    click.echo(jsonout.dumps(_status_document(record, status,
-                                              failure_cause(backend, record, status))))
+    out.echo(jsonout.dumps(_status_document(record, status,
+                                            failure_cause(backend, record, status))))
+    out.drain()
 
 
 def _attend_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
                      supervise_here: bool = False, held: Optional[HeldSignals] = None,
                      timeout: Optional[float] = None, cancel_on_interrupt: bool = True,
-                     quiet: bool = False, as_json: bool = False) -> None:
+                     quiet: bool = False, as_json: bool = False,
+                     terminal: Optional[Terminal] = None) -> None:
     """Stay with the job until it ends, then report its outcome and exit with it (0, 1
     when it did not succeed, 130 when interrupted). ``supervise_here``: this process is
     the job's supervisor (the local backend attached), whose handlers take Ctrl-C and
     cancel the job; else it follows the job's records (up to ``timeout``), and Ctrl-C
     cancels the job (``cancel_on_interrupt``) or leaves it running (exit 130).
     ``held``: signals held back since the submission, replayed to the supervisor's
-    handlers or released here."""
+    handlers or released here. Every output goes through ``terminal`` (``cli.output``):
+    a stdout that breaks (``| head``) or fills ends a supervisor's logs, not its job,
+    and ends a follower (exit 1), the job going on."""
     from ..jobs.follow import follow, supervise
     from .progress import Progress, choose_mode
 
-    progress = Progress(choose_mode(sys.stderr, quiet), sys.stderr, record.submitted_at)
-    echo, note = progress.wrap(click.echo), progress.wrap(_err)
+    out = terminal or Terminal()
+    out.tell(lambda loss: _output_lost(out, record, loss, supervise_here))
+    progress = Progress(choose_mode(sys.stderr, quiet), out.file(Stream.STDERR),
+                        record.submitted_at)
+
+    def echo_log(line: str) -> None:
+        if not supervise_here:
+            out.raise_if_lost()  # a follower whose stdout is gone stops following
+        out.echo(line)
+
+    echo, note = progress.wrap(echo_log), progress.wrap(out.note)
     interrupted: Optional[str] = None
     try:
         if supervise_here:
             status, interrupted = supervise(backend, record, stream_logs=stream_logs,
                                             echo=echo, on_status=progress.on_status,
-                                            held=held, note=note)
+                                            held=held, note=note,
+                                            output_busy=lambda: out.busy)
         else:
             if held is not None:
                 held.release()  # a Ctrl-C held back meanwhile: KeyboardInterrupt now
             status = follow(backend, record, stream_logs=stream_logs, echo=echo,
-                            timeout=timeout, on_status=progress.on_status, note=note)
+                            timeout=timeout, on_status=progress.on_status, note=note,
+                            output_busy=lambda: out.busy)
+    except OutputLost as lost:
+        progress.clear()
+        out.drain()
+        _err(f"mxbatch: {lost.loss.describe()}: no longer following {record.job_id}, "
+             f"which goes on (`mxbatch wait {record.job_id}` follows it)")
+        sys.exit(ExitCode.JOB_FAILED)
     except KeyboardInterrupt:  # following, or a second Ctrl-C before the supervisor's
         progress.clear()
+        out.drain()
         if not cancel_on_interrupt:
             raise MxbatchError("interrupted; the job keeps running",
                                ExitCode.INTERRUPTED) from None
@@ -321,15 +356,26 @@ def _attend_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
         status, interrupted = backend.status(record), "SIGINT"
     finally:
         progress.clear()
+        out.drain()  # what this command writes next comes after it
     from ..backends.status import JobState  # not before: the roles start sooner
 
     if as_json:
-        _print_final(backend, record, status)
+        _print_final(backend, record, status, out)
     _report(backend, record, status)
     if interrupted:
         sys.exit(ExitCode.INTERRUPTED)
     if status.state is not JobState.SUCCEEDED:
         sys.exit(ExitCode.JOB_FAILED)
+
+
+def _output_lost(out: Terminal, record: records.JobRecord, loss: Loss,
+                 supervise_here: bool) -> None:
+    """What an attached command says when its stdout is lost: this process supervises
+    the job, which goes on (a follower says so when it stops: ``_attend_and_exit``)."""
+    if supervise_here and loss.stream is Stream.STDOUT:
+        out.note(f"mxbatch: {loss.describe()}: the logs are no longer shown here; this "
+                 f"process supervises {record.job_id} until it ends (`mxbatch logs -f "
+                 f"{record.job_id}` shows them)")
 
 
 def _report(backend, record: records.JobRecord, status: JobStatus) -> None:

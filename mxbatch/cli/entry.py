@@ -25,7 +25,9 @@ _INTERRUPTED = 130
 
 def run() -> None:
     from ..runtime.osbytes import relay_streams
+    from .output import open_standard_streams
 
+    open_standard_streams()  # a closed one (``>&-``) is /dev/null: no file takes its fd
     relay_streams()  # arguments, paths, environment values and logs: any bytes
     gc.disable()  # imports make no garbage: no collection walks them (above)
     try:

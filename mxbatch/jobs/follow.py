@@ -221,16 +221,19 @@ class AttemptLogs:
 def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
            echo: Callable[[str], None], timeout: Optional[float] = None,
            on_status: Optional[Callable[[JobStatus], None]] = None,
-           note: Optional[Callable[[str], None]] = None) -> JobStatus:
+           note: Optional[Callable[[str], None]] = None,
+           output_busy: Callable[[], bool] = lambda: False) -> JobStatus:
     """Block until the job ends; stream logs if asked; clean up; return the final status.
     ``on_status`` (a progress display) sees every status polled, the final one included;
-    ``note`` gets a line when an attempt ends and the next one starts."""
+    ``note`` gets a line when an attempt ends and the next one starts; while
+    ``output_busy()`` (what was echoed is not written yet) no more logs are read."""
     plan = load_run_plan(record)
     stream = AttemptLogs(backend, record, plan, echo, stream_logs, note)
     give_up = None if timeout is None else time.time() + timeout
     while True:
         check_interrupted()  # a Ctrl-C Python dropped (interrupts.SigintLatch)
-        stream.pump()
+        if not output_busy():
+            stream.pump()
         status = backend.status(record)
         stream.follow_attempt(status.attempt)
         if on_status is not None:
@@ -255,20 +258,26 @@ def supervise(backend: Backend, record: JobRecord, *, stream_logs: bool,
               echo: Callable[[str], None],
               on_status: Optional[Callable[[JobStatus], None]] = None,
               held: Optional[HeldSignals] = None,
-              note: Optional[Callable[[str], None]] = None
+              note: Optional[Callable[[str], None]] = None,
+              output_busy: Callable[[], bool] = lambda: False
               ) -> Tuple[JobStatus, Optional[str]]:
     """Supervise an attached job in this process (``Backend.supervise_here``) while
     streaming its logs; the final status, and the signal that cancelled it, if any.
     ``on_status`` (a progress display) sees the status every ``STATUS_INTERVAL_S``;
     ``held``: a signal held back until the supervisor handles signals is replayed to it
-    at its first tick."""
+    at its first tick; while ``output_busy()`` (what was echoed is not written yet: a
+    reader that does not read) no more logs are read, and they are left for later.
+    ``echo``, ``note`` and ``on_status`` must neither raise nor block: they run in the
+    supervisor's loop, and the job's outcome must not depend on its follower's output
+    (``cli.output``)."""
     stream = AttemptLogs(backend, record, load_run_plan(record), echo, stream_logs, note)
     next_status = [0.0]
 
     def tick() -> None:
         if held is not None:
             held.replay()  # the supervisor's handlers are in place: it cancels the job
-        stream.pump()
+        if not output_busy():
+            stream.pump()
         now = time.monotonic()
         if now >= next_status[0]:
             next_status[0] = now + STATUS_INTERVAL_S
