@@ -26,7 +26,7 @@ import mxbatch
 from .. import __version__
 from ..backends import bundle, rundir
 from ..jobs.scripts import missing_scripts, script_of
-from ..runtime import net, trust
+from ..runtime import cgroups, net, trust
 from ..runtime.layout import RUNTIME
 from ..runtime.roles import Role
 from ..spec.paths import make_private_dirs
@@ -49,6 +49,18 @@ if TYPE_CHECKING:  # pragma: no cover
 #: how long ``import mxnet`` may take (it is slow on a loaded machine)
 MXNET_IMPORT_TIMEOUT_S = 120.0
 
+
+
+def containment_check() -> Check:
+    """How this machine's supervisors find every process of a job (``cgroups.probe``):
+    a cgroup v2 per task, or process groups and the environment scan (a warning: a
+    process that leaves its session and clears its environment escapes it)."""
+    found = cgroups.probe()
+    if found.containment is cgroups.Containment.CGROUP:
+        return passed("containment", found.detail)
+    return warned("containment", found.detail,
+                  "run mxbatch as root, or where systemd delegates a cgroup subtree to "
+                  "your user (a user session); MXBATCH_CGROUPS=off turns cgroups off")
 
 
 def python_check() -> Check:
@@ -198,6 +210,7 @@ def run_checks(spec: JobSpec, backend_name: str, backend: "Backend", *, probe: b
         checks += mxnet_checks(spec)
     storage = rendezvous_check(spec)
     checks.append(storage)
+    checks.append(containment_check())
     backend_checks = backend.doctor_checks()
     checks += backend_checks
     checks += network_checks(spec, backend)

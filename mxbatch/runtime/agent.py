@@ -55,6 +55,7 @@ import time
 from typing import Callable, Dict, List, Mapping, NamedTuple, Optional
 
 from . import listeners, notes, procs, procstat, wire
+from .cgroups import JobCgroup
 from .files import RunDirUnwritable
 from .planfile import RunPlan, TaskInfo
 from .rendezvous import Rendezvous, TaskKey
@@ -189,9 +190,14 @@ class Agent:
         self._wakeup: Optional[int] = None
         self._news_fd: Optional[int] = None  # the rendezvous's news_fd, while watched
         self._next = {"beat": 0.0, "abort": 0.0, "watch": 0.0, "progress": 0.0}
+        #: this agent's cgroups (``cgroups``), made when it runs, where the machine allows
+        self.cgroup: Optional[JobCgroup] = None
 
     # ------------------------------------------------------------------ entry point
     def run(self) -> int:
+        self.cgroup = JobCgroup.make(self.plan.job_id)
+        for runner in self.runners:
+            runner.cgroup = self.cgroup
         previous = self._install_signals()
         if self.pending_signal is not None:
             self._signalled = self._signalled or self.pending_signal()
@@ -211,6 +217,8 @@ class Agent:
                 runner.kill()
             for runner in self.runners:
                 runner.close()
+            if self.cgroup is not None:  # everything the roles started, wherever it went
+                self.cgroup.close()
             if self.reap_job:  # the last act: whatever of the job outlived its role
                 procs.reap_job(self.plan.job_id)
             self._restore_signals(previous)

@@ -33,6 +33,8 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from .cgroups import join_command
+
 #: the exit status of a wrapper whose exec of the role failed (as a shell's)
 EXEC_FAILED = 127
 #: prctl(2)'s option that sets the calling process's death signal
@@ -118,35 +120,43 @@ def check_executable(program: str, env: Mapping[str, str], cwd: str) -> None:
 
 
 def start_dying_with_parent(argv: Sequence[str], deathsig: int = signal.SIGKILL,
+                            cgroup_procs: Optional[str] = None,
                             **popen_args: Any) -> subprocess.Popen:
     """``subprocess.Popen(argv, **popen_args)`` whose child dies by ``deathsig`` with this
     process, started without copying this process (no ``preexec_fn``: the exec wrapper of
     the module docstring sets the signal, and Popen can ``vfork``; a ``preexec_fn`` that
     sets it costs a fork and a ``ctypes`` import in the child, 4 ms each on the test VM).
     ``argv[0]`` is looked up first (``check_executable``, in ``popen_args``' ``env`` and
-    ``cwd``), so a missing program is the ``OSError`` Popen's child would raise."""
+    ``cwd``), so a missing program is the ``OSError`` Popen's child would raise.
+    ``cgroup_procs``: the child joins that cgroup (``cgroups.join_command``) before
+    anything else runs."""
     env = popen_args.get("env")
     check_executable(argv[0], os.environ if env is None else env,
                      popen_args.get("cwd") or os.getcwd())
+
+    def wrapped(setpriv: Optional[str]) -> List[str]:
+        command = deathsig_command(argv, deathsig, setpriv)
+        return command if cgroup_procs is None else join_command(cgroup_procs, command)
+
     try:
-        return subprocess.Popen(deathsig_command(argv, deathsig, _working_setpriv()),
-                                **popen_args)
+        return subprocess.Popen(wrapped(_working_setpriv()), **popen_args)
     except OSError:
         if _setpriv_found.get("path") is None:
             raise
         _setpriv_found["path"] = None  # setpriv cannot run here: the Python wrapper
-        return subprocess.Popen(deathsig_command(argv, deathsig), **popen_args)
+        return subprocess.Popen(wrapped(None), **popen_args)
 
 
 def spawn_role(argv: Sequence[str], *, cwd: str, env: Dict[str, str], output_fd: int,
-               core_dumps: bool, deathsig: int,
-               pass_fds: Sequence[int] = ()) -> subprocess.Popen:
+               core_dumps: bool, deathsig: int, pass_fds: Sequence[int] = (),
+               cgroup_procs: Optional[str] = None) -> subprocess.Popen:
     """Start ``argv`` as a role (see the module docstring): in ``cwd`` with exactly
     ``env``, stdin from /dev/null, stdout and stderr to ``output_fd``, ``pass_fds``
     open (under the same numbers; every other descriptor closed), in a session and
     process group of its own, dying with this process by ``deathsig``, and writing no
-    core file unless ``core_dumps``. Raises ``OSError`` when it cannot start (nothing
-    is left running then)."""
+    core file unless ``core_dumps``, in the cgroup of ``cgroup_procs`` if given (from
+    before its program runs). Raises ``OSError`` when it cannot start (nothing is left
+    running then)."""
     if not os.path.isdir(cwd):
         raise FileNotFoundError(2, os.strerror(2), cwd)
     limit = None
@@ -157,7 +167,7 @@ def spawn_role(argv: Sequence[str], *, cwd: str, env: Dict[str, str], output_fd:
         except (OSError, ValueError):
             limit = None
     try:
-        proc = start_dying_with_parent(argv, deathsig, cwd=cwd, env=env,
+        proc = start_dying_with_parent(argv, deathsig, cgroup_procs, cwd=cwd, env=env,
                                        stdin=subprocess.DEVNULL, stdout=output_fd,
                                        stderr=output_fd, start_new_session=True,
                                        pass_fds=tuple(pass_fds))

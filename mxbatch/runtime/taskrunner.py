@@ -9,7 +9,9 @@ roles keep running for it (HOLDING); then STOPPING as always. ``step`` never blo
 for long: the agent calls it for every task every few tens of milliseconds.
 
 Contract of a role process:
-- it runs in its own process group (new session), dies with its agent
+- it runs in its own process group (new session) and, where the agent has cgroups, in a
+  cgroup of its own from before its program runs (``cgroups``: everything it starts
+  stays there), dies with its agent
   (PR_SET_PDEATHSIG), and writes no core file unless the plan allows it; it is started
   without a copy of the agent (``spawn``: vfork and a tiny exec wrapper), and its
   record says when (``exec_at``) and how much CPU the agent had used by then;
@@ -71,6 +73,7 @@ import time
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from . import listeners, net, notes, osbytes, procstat, pyhook, wire
+from .cgroups import JobCgroup
 from .container import Moment, RoleContainer
 from .environ import role_environment
 from .gate import Gate, MemberStart
@@ -205,6 +208,8 @@ class TaskRunner:
                                  log=self.log_path,
                                  note="waiting for a slot" if queued else "")
         self.phase = Phase.QUEUED  # the agent calls start() when a slot is free
+        #: the agent's cgroups (``cgroups``), where it has them: the role starts in its own
+        self.cgroup: Optional[JobCgroup] = None
         self.dirty = True
         self.proc: Optional[subprocess.Popen] = None
         self.output_fd: Optional[int] = None
@@ -483,6 +488,12 @@ class TaskRunner:
         else:
             self._next_poll = mono
 
+    def _cgroup_procs(self) -> Optional[str]:
+        """The ``cgroup.procs`` of this task's cgroup, where the agent has cgroups."""
+        if self.cgroup is None:
+            return None
+        return self.cgroup.task_procs("%s-%d" % (self.task.role.value, self.task.rank))
+
     def _popen(self, rendezvous_env: Dict[str, str], wall: float, mono: float,
                pass_fds: Tuple[int, ...] = ()) -> None:
         hook_dir = pyhook.install(self.plan.layout.pyhook_dir)
@@ -522,7 +533,7 @@ class TaskRunner:
         try:
             self.proc = spawn_role(argv, cwd=self.plan.workdir, env=env, output_fd=write_end,
                                    core_dumps=self.plan.core_dumps, deathsig=deathsig,
-                                   pass_fds=pass_fds)
+                                   pass_fds=pass_fds, cgroup_procs=self._cgroup_procs())
         except OSError as exc:
             os.close(read_end)
             raise self.fail("%s: cannot start %r: %s" % (self.label, argv[0],

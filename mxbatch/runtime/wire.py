@@ -13,6 +13,9 @@ import enum
 
 #: every process of a job carries it (the leftover scan and ``cancel`` find them by it)
 JOB_ID = "MXBATCH_JOB_ID"
+#: ``off``: supervisors contain their roles by process groups and the environment
+#: scan only, not in cgroups of their own (``cgroups``)
+CGROUPS = "MXBATCH_CGROUPS"
 #: the task index, for launchers that start each task alone (no ``--task``)
 TASK = "MXBATCH_TASK"
 #: the role of the task ("scheduler", "server", "worker"), as the role sees it

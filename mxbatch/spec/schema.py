@@ -114,7 +114,8 @@ class RendezvousSpec:
         "every task must have started by then, or the job fails",
         key="startup_timeout", type="duration", default_text="10m", default=600.0)
     grace_s: float = spec_field(
-        "SIGTERM to SIGKILL (a role stopped gets this long to exit by itself)", key="grace", type="duration", default_text="30s", default=30.0)
+        "SIGTERM to SIGKILL (a role stopped gets this long to exit by itself)",
+        key="grace", type="duration", default_text="30s", default=30.0)
     heartbeat_timeout_s: float = spec_field(
         "a task whose heartbeat is older than this is lost, and the job fails",
         key="heartbeat_timeout", type="duration", default_text="30s", default=30.0)
