@@ -75,19 +75,18 @@ def test_a_daemon_with_a_cleared_environment_ends_with_its_job(cli, tmp_path):
     assert_no_processes(job)
 
 
-@needs_cgroups
-@pytest.mark.parametrize("moved", ["grandchildren", "own process group"])
-def test_sigkill_of_the_attached_cli_ends_every_process_of_its_job(cli, tmp_path, moved):
-    """``launch`` is the job's agent; SIGKILL of it (nothing else run) must end the
-    roles' grandchildren (``sleep 97 & sleep 98 & wait`` in each role) or a process that
-    moved to a session of its own, within seconds: its keeper ends its cgroups."""
+def kill_attached_launch(cli, tmp_path: Path, moved: str, options=()) -> None:
+    """SIGKILL an attached ``launch`` (nothing else run) once each role runs its
+    grandchildren (``sleep 97 & sleep 98 & wait``) or a process that moved to a session
+    of its own; every one of them must end within seconds (``GONE_S``)."""
     pid_file = tmp_path / "pids"
     script = (f"sleep 97 & echo $! >> {pid_file}; sleep 98 & echo $! >> {pid_file}; wait"
               if moved == "grandchildren" else
               f"setsid sleep 95 & echo $! >> {pid_file}; wait")
     proc = subprocess.Popen([sys.executable, "-m", "mxbatch", "launch", "-n", "1", "-s", "1",
-                             "--quiet", "--", "sh", "-c", script], env=cli.env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--quiet", *options, "--", "sh", "-c", script], env=cli.env,
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     try:
         expected = 6 if moved == "grandchildren" else 3
         pids = wait_for(lambda: len(read_pids(pid_file)) >= expected and read_pids(pid_file),
@@ -104,6 +103,25 @@ def test_sigkill_of_the_attached_cli_ends_every_process_of_its_job(cli, tmp_path
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@needs_cgroups
+@pytest.mark.parametrize("moved", ["grandchildren", "own process group"])
+def test_sigkill_of_the_attached_cli_ends_every_process_of_its_job(cli, tmp_path, moved):
+    """Locally ``launch`` is the job's agent: its keeper ends its cgroups."""
+    kill_attached_launch(cli, tmp_path, moved)
+
+
+@pytest.mark.ssh
+@needs_cgroups
+@pytest.mark.parametrize("moved", ["grandchildren", "own process group"])
+def test_sigkill_of_the_attached_cli_ends_every_process_on_ssh_hosts(
+        hosts_cli, hosts_env, tmp_path, moved):
+    """On ssh hosts ``launch`` is the controller: each host's agent loses its session and
+    ends its job, its cgroups with everything in them."""
+    kill_attached_launch(hosts_cli, tmp_path, moved,
+                         ("--launcher", "ssh", "-H", hosts_env["MXBATCH_TEST_HOSTFILE"],
+                          "--grace", "2s"))
 
 
 @pytest.mark.ssh
