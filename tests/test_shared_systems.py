@@ -377,3 +377,24 @@ def test_clean_keeps_a_job_of_unknown_state_that_still_runs(cli, tmp_path, how):
         assert_no_processes(job, timeout=30)
     finally:
         procs.kill_all(procs.job_processes(job))
+
+
+def test_records_in_a_home_another_user_can_change_are_never_read(cli, other, scratch):
+    """The other user swaps the job records' folder of a 0777 MXBATCH_HOME for one of
+    their own holding a planted record: every command that reads records refuses."""
+    home = shared_folder(scratch, "0777", other)
+    (home / "jobs").mkdir(mode=0o700)
+    plant = ("import json, os, sys\nhome = sys.argv[1]\n"
+             "os.rename(os.path.join(home, 'jobs'), os.path.join(home, 'jobs.aside'))\n"
+             "os.mkdir(os.path.join(home, 'jobs'))\n"
+             "with open(os.path.join(home, 'jobs', 'x-0123abcd.json'), 'w') as f:\n"
+             "    json.dump({'job_id': 'x-0123abcd', 'backend': 'local'}, f)\n")
+    subprocess.run(["setpriv", f"--reuid={other['uid']}", f"--regid={other['gid']}",
+                    "--clear-groups", "/usr/bin/python3", "-c", plant, str(home)],
+                   check=True)
+    for command in (("list",), ("status", "x-0123abcd"), ("cancel", "x-0123abcd"),
+                    ("clean", "--state", "unknown")):
+        result = cli.run(*command, env={"MXBATCH_HOME": str(home)})
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        assert f"{home} (owner root, mode 0777)" in result.stderr, result.stderr
+        assert "x-0123abcd" not in result.stdout

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import BadInput, ExitCode, JobNotFound, MxbatchError
+from ..runtime import trust
 from ..runtime.files import atomic_write_json
 from ..runtime.layout import RunLayout
 from ..spec.paths import HOME_ENV, jobs_dir, make_private_dirs, mxbatch_home  # noqa: F401 (mxbatch_home: plugins)
@@ -73,7 +74,8 @@ class HomeUnusable(BadInput):
 
 def _jobs_dir() -> Path:
     """``$MXBATCH_HOME/jobs``, made (mode 0700) when missing; ``HomeUnusable`` when it
-    cannot be."""
+    cannot be, or when another user could change it or a folder above it
+    (``runtime.trust``)."""
     path = jobs_dir()
     try:
         make_private_dirs(path)
@@ -85,6 +87,12 @@ def _jobs_dir() -> Path:
         raise HomeUnusable(f"{HOME_ENV}: the job records' folder {path} {why}: set "
                            f"{HOME_ENV} to a folder of your own (or unset it: "
                            "~/.mxbatch)") from None
+    found = trust.untrusted_folder(str(path))
+    if found is not None:  # records name pids and job ids that cancel and clean act on
+        raise HomeUnusable(f"{HOME_ENV}: the job records' folder {path} is in "
+                           f"{found.describe()}: another user could plant job records "
+                           f"there: make it yours alone (chmod 700) or set {HOME_ENV} to "
+                           "a folder of your own")
     return path
 
 
