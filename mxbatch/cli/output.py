@@ -26,7 +26,9 @@ import collections
 import dataclasses
 import enum
 import errno
+import io
 import os
+import select
 import sys
 import threading
 from typing import Callable, Deque, Dict, Optional, TextIO, Tuple
@@ -110,6 +112,29 @@ def _to_devnull(stream: Stream) -> None:
         os.close(null)
     except OSError:
         pass
+
+
+def _write_fd(stream: Stream, text: str) -> None:
+    """Write ``text`` to ``stream``'s descriptor, encoded as its text stream encodes,
+    all of it (waiting while a descriptor someone made non-blocking is full). Straight
+    to the descriptor, not through the text stream: a write that blocks holds no lock
+    of Python's buffer, which the interpreter's flush at exit would wait for."""
+    file = stream.file
+    if file is None:
+        raise ValueError("no stream")
+    try:
+        file.flush()  # anything written to it directly before comes first
+    except (AttributeError, io.UnsupportedOperation):
+        pass
+    data = text.encode(getattr(file, "encoding", None) or "utf-8",
+                       getattr(file, "errors", None) or "strict")
+    while data:
+        try:
+            written = os.write(stream.value, data)
+        except BlockingIOError:
+            select.select([], [stream.value], [])
+            continue
+        data = data[written:]
 
 
 class Terminal:
@@ -204,11 +229,7 @@ class Terminal:
         if stream in self._lost:
             return
         try:
-            file = stream.file
-            if file is None:
-                raise ValueError("no stream")
-            file.write(text)
-            file.flush()
+            _write_fd(stream, text)
         except (OSError, ValueError) as exc:
             loss = Loss.of(stream, exc)
             _to_devnull(stream)
