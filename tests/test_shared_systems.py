@@ -398,3 +398,36 @@ def test_records_in_a_home_another_user_can_change_are_never_read(cli, other, sc
         assert result.returncode == 2, (command, result.stdout, result.stderr)
         assert f"{home} (owner root, mode 0777)" in result.stderr, result.stderr
         assert "x-0123abcd" not in result.stdout
+
+
+HELD = {"slurm": "extra: [--hold]", "sge": "submitter: qsub, native: [-h]"}
+
+
+@pytest.mark.parametrize("backend", [
+    pytest.param(name, marks=[getattr(pytest.mark, name), pytest.mark.skipif(
+        not cluster_env_file(name).is_file() and not os.environ.get("MXBATCH_REQUIRE"),
+        reason=f"the {name} test cluster is not up")]) for name in HELD])
+def test_clean_keeps_a_queued_batch_job_whose_plan_is_lost(home, tmp_path, backend):
+    """A batch job held in its queue (no process anywhere), its plan.json lost: its
+    state is unknown, but the scheduler lists it, so clean keeps it; cancel removes it
+    by its native ids alone."""
+    from . import clusterjobs
+
+    cli = Cli(home, cluster_environment(backend))
+    queued = getattr(clusterjobs, f"{backend}_queued")
+    spec = fake_spec(tmp_path, backend, HELD[backend], name="held", workers=1)
+    job = cli.submit(spec, "--backend", backend)
+    try:
+        assert queued(cli, job)
+        (run_dir_of(cli, job) / "plan.json").unlink()
+        result = cli.run("clean", "--state", "unknown", "--older-than", "1ms")
+        assert result.returncode == 0, result.stderr
+        assert "scheduler still lists a task of it" in result.stderr, result.stderr
+        assert (home / "jobs" / f"{job}.json").is_file() and queued(cli, job)
+        cancelled = cli.run("cancel", job)
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert not queued(cli, job)
+    finally:
+        if queued(cli, job):
+            cli.run("cancel", job)
+            clusterjobs.wait_queue_empty(lambda: queued(cli, job), job, 60)

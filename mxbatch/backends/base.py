@@ -435,6 +435,12 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         native ids alone. Default: ``remove`` with a plan that knows no task."""
         self.remove(record, handle, stand_in_plan(record))
 
+    def still_listed(self, record: JobRecord) -> bool:
+        """Whether the scheduler still lists a task of any attempt of the job (queued,
+        running or ending), by the record's native ids alone, with no plan (``clean``
+        asks it of a job whose state cannot be read). Default: False (no scheduler)."""
+        return False
+
     def cancel(self, record: JobRecord) -> List[procs.Leftover]:
         """Stop the job; idempotent; nothing remains queued or running afterwards (its
         containers on this host included, whatever killed their supervisors). The

@@ -2,7 +2,8 @@
 
 Only a job that has ended (or whose state cannot be read, when asked for) is removed:
 a pending or running job never is, whatever the filters say, nor one whose state is
-unknown while a process of this host still carries its job id. The run directory is
+unknown while a process of this host still carries its job id or its scheduler still
+lists a task of it. The run directory is
 removed only when it is the job's own (its name is the job id, and it is no symbolic
 link); the record last, so that a failure leaves the job listed.
 """
@@ -15,9 +16,22 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from ..backends import records
+from ..errors import MxbatchError
 from ..runtime import procs
 from ..spec.plan import JOB_ID
 from .overview import JobSummary
+from .submit import backend_for_record
+
+
+def _still_listed(record: records.JobRecord) -> bool:
+    """Whether the job's scheduler still lists a task of it (``Backend.still_listed``);
+    False when there are no native ids (an unfinished submission) or no one to ask."""
+    if record.submitting:
+        return False
+    try:
+        return backend_for_record(record).still_listed(record)
+    except (MxbatchError, OSError, ValueError):
+        return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +64,11 @@ def clean(summary: JobSummary, dry_run: bool = False) -> Cleaned:
                            f"not removed: its state is {summary.state_text}, but "
                            f"{len(alive)} of its processes still run here (pid "
                            f"{', '.join(map(str, alive[:5]))}): `mxbatch cancel "
+                           f"{record.job_id}` first")
+        if _still_listed(record):
+            return Cleaned(record.job_id, None, False,
+                           f"not removed: its state is {summary.state_text}, but its "
+                           f"scheduler still lists a task of it: `mxbatch cancel "
                            f"{record.job_id}` first")
     run_dir = Path(record.run_dir)
     own = run_dir.name == record.job_id and run_dir.is_dir() and not run_dir.is_symlink()

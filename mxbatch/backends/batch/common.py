@@ -520,6 +520,14 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
         ending); False when it cannot be asked. Default: never (deleted at once)."""
         return False
 
+    def native_ids(self, handle: HandleT) -> List[str]:
+        """The scheduler's ids of the jobs (arrays) of ``handle``. Default: none."""
+        return []
+
+    def still_listed(self, record: JobRecord) -> bool:
+        ids = [i for handle in self.attempt_handles(record) for i in self.native_ids(handle)]
+        return bool(ids) and self.listed(ids)
+
     def why_gone(self, native_id: str) -> str:
         """What the scheduler's accounting says of task ``native_id`` (``12.3``), which
         left its queue without starting (only the first such task of a job is asked);
@@ -564,6 +572,22 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
                                  timeout=QUEUE_DRAIN_S / 2):
             raise MxbatchError(f"tasks of {record.job_id} are still in the queue "
                                f"after {QUEUE_DRAIN_S:g}s; ask the cluster admins")
+
+    def remove_without_plan(self, record: JobRecord, handle: HandleT) -> None:
+        """``remove`` by the scheduler's ids alone (with no plan the tasks are unknown,
+        so ``native_view`` sees none): delete them, forced if still listed after half
+        of ``QUEUE_DRAIN_S``, until the scheduler lists none of them."""
+        ids = self.native_ids(handle)
+        for force in (False, True):
+            if not ids or not self.listed(ids):
+                return
+            self.delete(handle, force=force)
+            deadline = time.monotonic() + QUEUE_DRAIN_S / 2
+            while self.listed(ids) and time.monotonic() < deadline:
+                time.sleep(WITHDRAW_POLL_S)
+        if self.listed(ids):
+            raise MxbatchError(f"tasks of {record.job_id} are still in the queue after "
+                               f"{QUEUE_DRAIN_S:g}s; ask the cluster admins")
 
     def _present(self, handle: HandleT, run: RunPlan) -> bool:
         return any(s is not NativeState.GONE for s in self.native_view(handle, run).states.values())

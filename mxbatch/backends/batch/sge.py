@@ -530,6 +530,9 @@ class SgeBackend(BatchBackend[SgeHandle]):
                  if said.startswith("failed") else "")
         return f"SGE says {said} (`{' '.join(argv)}`{where})"
 
+    def native_ids(self, handle: SgeHandle) -> List[str]:
+        return sorted(set(handle.job_ids.values()))
+
     def delete(self, handle: SgeHandle, force: bool = False) -> None:
         job_ids = list(handle.job_ids.values())
         if handle.submitter is Submitter.DRMAA and not force:

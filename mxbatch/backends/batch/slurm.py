@@ -535,6 +535,9 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
             return False
         return result.returncode == 0 and bool(result.stdout.strip())
 
+    def native_ids(self, handle: SlurmHandle) -> List[str]:
+        return _job_ids(handle)
+
     def delete(self, handle: SlurmHandle, force: bool = False) -> None:
         self.delete_ids(_job_ids(handle), force)
 
