@@ -431,3 +431,17 @@ def test_clean_keeps_a_queued_batch_job_whose_plan_is_lost(home, tmp_path, backe
         if queued(cli, job):
             cli.run("cancel", job)
             clusterjobs.wait_queue_empty(lambda: queued(cli, job), job, 60)
+
+
+def test_launch_refuses_a_shared_folder_from_the_site_config(cli, other, scratch, tmp_path):
+    """``launch`` takes its rendezvous dir from the site config: refused alike, before
+    anything is created or started."""
+    folder = shared_folder(scratch, "1777-other", other)
+    config = write_spec(tmp_path / "config.yaml",
+                        f"defaults:\n  rendezvous: {{dir: '{folder}'}}\n")
+    result = cli.run("launch", "-n", "1", "-s", "1", "--", "python3", "-c", "pass",
+                     env={"MXBATCH_CONFIG": str(config)}, cwd=tmp_path)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert f"{folder} (owner {OTHER}, mode 1777)" in result.stderr, result.stderr
+    assert "config.yaml" in result.stderr and "rendezvous.dir" in result.stderr
+    assert list(folder.iterdir()) == []
