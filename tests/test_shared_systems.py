@@ -8,6 +8,7 @@ words, a umask of 000, and a cached runtime archive another user could have writ
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -445,3 +446,26 @@ def test_launch_refuses_a_shared_folder_from_the_site_config(cli, other, scratch
     assert f"{folder} (owner {OTHER}, mode 1777)" in result.stderr, result.stderr
     assert "config.yaml" in result.stderr and "rendezvous.dir" in result.stderr
     assert list(folder.iterdir()) == []
+
+
+def test_a_packed_python_env_another_user_could_write_is_not_reused(tmp_path, other):
+    """YARN's ``python_env: auto`` ships its cached archive to every container: one
+    another user owns is packed again, never reused; a cache folder others can write
+    is refused."""
+    from mxbatch.backends.yarn import pyenv
+    from mxbatch.errors import BackendUnavailable, MxbatchError
+
+    cache = tmp_path / "python-env"
+    cache.mkdir(mode=0o700)
+    archive = cache / "env.tar.gz"
+    archive.write_bytes(b"ours")
+    env = pyenv.PythonEnv(str(archive), auto=True, prefix=str(tmp_path),
+                          packer=pyenv.Packer.CONDA_PACK)  # not installed here
+    assert pyenv.ensure_packed(env, out=io.StringIO()) is False  # reused
+    os.chown(archive, other["uid"], other["gid"])
+    with pytest.raises(BackendUnavailable):  # packs again (conda-pack is missing)
+        pyenv.ensure_packed(env, out=io.StringIO())
+    os.chown(archive, 0, 0)
+    cache.chmod(0o777)
+    with pytest.raises(MxbatchError, match=r"\(owner root, mode 0777\)"):
+        pyenv.ensure_packed(env, out=io.StringIO())

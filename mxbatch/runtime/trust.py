@@ -107,6 +107,21 @@ def untrusted_folder(path: str, uid: Optional[int] = None) -> Optional[Untrusted
     return found
 
 
+def trusted_file(path: str, uid: Optional[int] = None) -> bool:
+    """Whether nobody but ``uid`` (default: the effective user) or root could have
+    written the file at ``path``: a regular file (no symlink), theirs, writable by
+    nobody else, in a trusted folder (``untrusted_folder``). For what mxbatch caches
+    and later ships to be run (a packed Python environment)."""
+    uid = os.geteuid() if uid is None else uid
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return (stat.S_ISREG(info.st_mode) and info.st_uid == uid
+            and not info.st_mode & _SHARED_WRITE
+            and untrusted_folder(os.path.dirname(os.path.abspath(path)), uid) is None)
+
+
 def run_dir_problem(info: os.stat_result, uid: Optional[int] = None) -> Optional[str]:
     """Why a run directory just made, with ``info`` (its ``lstat`` or the ``fstat`` of
     a descriptor opened with ``O_NOFOLLOW``), is not the one mxbatch made: not a

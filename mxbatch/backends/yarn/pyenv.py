@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import List, Optional, TextIO
 
 from ...errors import BackendUnavailable, MxbatchError
-from ...spec.paths import mxbatch_home
+from ...runtime import trust
+from ...spec.paths import make_private_dirs, mxbatch_home
 
 #: the ``backends.yarn.python_env`` value that packs this process's environment
 AUTO = "auto"
@@ -194,12 +195,19 @@ def editable(prefix: Path) -> List[str]:
 
 
 def ensure_packed(env: PythonEnv, out: TextIO = sys.stderr) -> bool:
-    """Make sure ``env.archive`` exists: for ``auto`` without a cached archive, pack
-    ``env.prefix`` into the cache (atomically: a temporary name, then renamed). Returns
-    whether it packed. ``BackendUnavailable`` if the packer is not installed."""
+    """Make sure ``env.archive`` exists: for ``auto`` without a cached archive that only
+    this user could have written (``trust.trusted_file``), pack ``env.prefix`` into the
+    cache (atomically: a temporary name, then renamed); a cache folder another user can
+    change is an error (exit 2). Returns whether it packed. ``BackendUnavailable`` if
+    the packer is not installed."""
     archive = Path(env.archive)
-    if archive.is_file():
-        if env.auto:
+    found = trust.untrusted_folder(str(archive.parent)) if env.auto else None
+    if found is not None:
+        raise MxbatchError(f"the packed Python environments' cache {archive.parent} is in "
+                           f"{found.describe()}: another user could replace what every "
+                           "container runs (make it yours alone: chmod 700)", exit_code=2)
+    if archive.is_file() and (not env.auto or trust.trusted_file(str(archive))):
+        if env.auto:  # a cached one is reused only if no other user could have made it
             out.write(f"mxbatch: reusing the packed Python environment {archive}\n")
         return False
     if not env.auto or env.prefix is None or env.packer is None:
@@ -222,7 +230,7 @@ def ensure_packed(env: PythonEnv, out: TextIO = sys.stderr) -> bool:
                   "packed: the archive points at their source on this host, which the "
                   "nodes must see at the same path\n")
     out.flush()
-    archive.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(archive.parent)
     partial = archive.with_name(f".{archive.name}.{os.getpid()}.partial.tar.gz")
     try:
         module.pack(prefix=str(prefix), output=str(partial), format="tar.gz", force=True,
