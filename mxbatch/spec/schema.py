@@ -117,7 +117,8 @@ class RendezvousSpec:
         "SIGTERM to SIGKILL (a role stopped gets this long to exit by itself)",
         key="grace", type="duration", default_text="30s", default=30.0)
     heartbeat_timeout_s: float = spec_field(
-        "a task whose heartbeat is older than this is lost, and the job fails",
+        "a task whose heartbeat is older than this is lost, and the job fails; at "
+        "least 3s (supervisors beat every third of it)",
         key="heartbeat_timeout", type="duration", default_text="30s", default=30.0)
     #: a stopped role, or a worker without CPU or output, this long fails the job
     stall_timeout_s: Optional[float] = spec_field(
