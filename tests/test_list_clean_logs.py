@@ -78,10 +78,15 @@ def test_logs_of_a_role_prefix_every_rank_and_tail_and_timestamps(cli, tmp_path)
     job = result.stdout.split()[0]
     workers = cli.run("logs", job, "--role", "worker").stdout.splitlines()
     assert {line.split(" | ")[0] for line in workers} == {"worker[0]", "worker[1]"}
-    tail = cli.run("logs", job, "--role", "worker", "--tail", "2").stdout.splitlines()
-    assert len(tail) == 4 and all("exited with code 0" in line for line in tail[1::2]), tail
-    single = cli.run("logs", job, "--role", "worker", "--rank", "1", "--tail", "1").stdout
+    tail = cli.run("logs", job, "--role", "worker", "--tail", "2", "--verbose").stdout
+    tail_lines = tail.splitlines()
+    assert len(tail_lines) == 4 and all("exited with code 0" in line
+                                        for line in tail_lines[1::2]), tail
+    single = cli.run("logs", job, "--role", "worker", "--rank", "1", "--tail", "1", "-v").stdout
     assert single == "mxbatch supervisor worker[1]: exited with code 0\n"
+    # by default --tail N is the role's own last N lines, not mxbatch's
+    own = cli.run("logs", job, "--role", "worker", "--rank", "1", "--tail", "3").stdout
+    assert own == "tick\ntick\ntick\n", own
     stamped = cli.run("logs", job, "--role", "worker", "--rank", "0", "--timestamps")
     lines = stamped.stdout.splitlines()
     assert lines and all(re.match(STAMP + " ", line) for line in lines), lines

@@ -289,10 +289,11 @@ def test_status_logs_and_list(cli, tmp_path):
     table = cli.run("status", job).stdout
     assert f"job {job}  backend local  state SUCCEEDED" in table
     assert "worker[1]" in table and "SUCCEEDED" in table
-    logs = cli.run("logs", job).stdout
+    logs = cli.run("logs", job, "--verbose").stdout
     assert "worker[0]    | mxbatch supervisor worker[0]: exited with code 0" in logs
-    one = cli.run("logs", job, "--role", "worker", "--rank", "1").stdout
+    one = cli.run("logs", job, "--role", "worker", "--rank", "1", "-v").stdout
     assert one.startswith("mxbatch supervisor worker[1]: starting")
+    assert "mxbatch " not in cli.run("logs", job).stdout  # by default: the roles' own
     listing = cli.run("list").stdout
     assert job in listing and "SUCCEEDED" in listing
     assert cli.run("status", "no-such-job-0123abcd").returncode == 4  # (no-such-job: no id, 2)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 import click
 
 from .. import __version__
-from ..errors import BadInput, ExitCode, MxbatchError
+from ..errors import BadInput, ExitCode, MxbatchError, WaitTimeout
 from ..jobs.interrupts import HeldSignals, check_interrupted
 from ..spec.schema import DEFAULT_BACKEND
 from . import jsonout
@@ -53,6 +53,9 @@ _ENV = click.option("--env", "-e", "env", multiple=True, metavar="NAME[=VALUE]",
                     help="NAME=VALUE: set it for every role (over the spec's env); NAME: check "
                          "that the submitter's NAME is set (roles inherit it). Repeatable.")
 _EXTRA_ARGS = click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
+_VERBOSE = click.option("--verbose", "-v", is_flag=True,
+                        help="Stream mxbatch's own lines of the logs too (notes, the role "
+                             "hook's reports, stack dumps), as the log files keep them.")
 _WORKERS = click.option("-n", "--workers", type=int, default=None,
                         help="Number of workers (overrides the spec).")
 _SERVERS = click.option("-s", "--servers", type=int, default=None,
@@ -170,6 +173,7 @@ def main() -> None:
               help="Follow the job, stream its logs and exit with its outcome.")
 @click.option("--quiet", "-q", is_flag=True,
               help="With --wait: do not stream logs nor show the status line.")
+@_VERBOSE
 @click.option("--max-restarts", type=int, default=None, metavar="N",
               help="Relaunch the job up to N times (overrides restarts.max).")
 @_NAME
@@ -178,7 +182,8 @@ def main() -> None:
 @_EXTRA_ARGS
 def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
            servers: Optional[int], profile: Optional[str], wait: bool, quiet: bool,
-           max_restarts: Optional[int], name: Optional[str], env: Tuple[str, ...],
+           verbose: bool, max_restarts: Optional[int], name: Optional[str],
+           env: Tuple[str, ...],
            as_json: bool, extra_args: Tuple[str, ...]) -> None:
     """Submit the job described by SPEC_FILE; print its id.
 
@@ -189,7 +194,8 @@ def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
 
     spec = _spec_with_flags(spec_file, profile, name, env, extra_args)
     _submit_and_maybe_follow(spec, siteconfig.backend_name(spec, backend), workers, servers,
-                             wait, quiet, as_json, max_restarts=max_restarts)
+                             wait, quiet, as_json, max_restarts=max_restarts,
+                             verbose=verbose)
 
 
 def _spec_with_flags(spec_file: Path, profile: Optional[str], name: Optional[str],
@@ -224,14 +230,16 @@ def launch(**flags) -> None:
         _render(spec, backend, args.render, None, None, launchcli.count_flags(args))
         return
     _submit_and_maybe_follow(spec, backend, None, None, not args.detach, args.quiet,
-                             args.as_json, count_flags=launchcli.count_flags(args))
+                             args.as_json, count_flags=launchcli.count_flags(args),
+                             verbose=args.verbose)
 
 
 def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Optional[int],
                              servers: Optional[int], wait: bool, quiet: bool,
                              as_json: bool = False,
                              count_flags: Optional[Dict[Role, str]] = None,
-                             max_restarts: Optional[int] = None) -> None:
+                             max_restarts: Optional[int] = None,
+                             verbose: bool = False) -> None:
     from ..jobs import submit as jobs
     from ..jobs.scripts import missing_scripts
 
@@ -259,10 +267,11 @@ def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Op
         if attached is not None:
             _attend_and_exit(backend, record, stream_logs=not quiet and not as_json,
                              supervise_here=True, held=held, quiet=quiet, as_json=as_json,
-                             terminal=terminal)
+                             terminal=terminal, verbose=verbose)
         elif wait:
             _attend_and_exit(backend, record, stream_logs=not quiet and not as_json,
-                             held=held, quiet=quiet, as_json=as_json, terminal=terminal)
+                             held=held, quiet=quiet, as_json=as_json, terminal=terminal,
+                             verbose=verbose)
 
 
 def _one_terminal() -> bool:
@@ -287,13 +296,14 @@ def _status_document(record: records.JobRecord, status: JobStatus,
 
 
 def _print_final(backend, record: records.JobRecord, status: JobStatus,
-                 out: Terminal) -> None:
+                 out: Terminal, timed_out: bool = False) -> None:
     """``--json`` of an attached command: the final status, and its cause if it failed
-    (through ``out``: nothing, and no error, where stdout is lost)."""
+    (through ``out``: nothing, and no error, where stdout is lost); ``timed_out``: the
+    status when ``wait --timeout`` gave up, the job going on."""
     from ..jobs.cause import failure_cause
 
-    out.echo(jsonout.dumps(_status_document(record, status,
-                                            failure_cause(backend, record, status))))
+    document = _status_document(record, status, failure_cause(backend, record, status))
+    out.echo(jsonout.dumps(dict(document, timed_out=timed_out)))
     out.drain()
 
 
@@ -301,7 +311,7 @@ def _attend_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
                      supervise_here: bool = False, held: Optional[HeldSignals] = None,
                      timeout: Optional[float] = None, cancel_on_interrupt: bool = True,
                      quiet: bool = False, as_json: bool = False,
-                     terminal: Optional[Terminal] = None) -> None:
+                     terminal: Optional[Terminal] = None, verbose: bool = False) -> None:
     """Stay with the job until it ends, then report its outcome and exit with it (0, 1
     when it did not succeed, 130 when interrupted). ``supervise_here``: this process is
     the job's supervisor (the local backend attached), whose handlers take Ctrl-C and
@@ -310,7 +320,8 @@ def _attend_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
     ``held``: signals held back since the submission, replayed to the supervisor's
     handlers or released here. Every output goes through ``terminal`` (``cli.output``):
     a stdout that breaks (``| head``) or fills ends a supervisor's logs, not its job,
-    and ends a follower (exit 1), the job going on."""
+    and ends a follower (exit 1), the job going on. The logs streamed are the roles' own
+    lines unless ``verbose``; the job's events are said once, here and in ``_report``."""
     from ..jobs.follow import follow, supervise
     from .progress import Progress, choose_mode
 
@@ -331,13 +342,18 @@ def _attend_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
             status, interrupted = supervise(backend, record, stream_logs=stream_logs,
                                             echo=echo, on_status=progress.on_status,
                                             held=held, note=note,
-                                            output_busy=lambda: out.busy)
+                                            output_busy=lambda: out.busy, verbose=verbose)
         else:
             if held is not None:
                 held.release()  # a Ctrl-C held back meanwhile: KeyboardInterrupt now
             status = follow(backend, record, stream_logs=stream_logs, echo=echo,
                             timeout=timeout, on_status=progress.on_status, note=note,
-                            output_busy=lambda: out.busy)
+                            output_busy=lambda: out.busy, verbose=verbose)
+    except WaitTimeout:
+        if as_json:  # the one document --json promises: the status it gave up at
+            progress.clear()
+            _print_final(backend, record, backend.status(record), out, timed_out=True)
+        raise
     except OutputLost as lost:
         progress.clear()
         out.drain()
@@ -600,9 +616,10 @@ def cancel(job_id: str, as_json: bool) -> None:
 @click.option("--logs/--no-logs", "stream_logs", default=False,
               help="Stream the logs of every task, prefixed role[rank].")
 @click.option("--quiet", "-q", is_flag=True, help="Do not show the status line.")
+@_VERBOSE
 @_JSON
 def wait_command(job_id: str, timeout: Optional[float], stream_logs: bool, quiet: bool,
-                 as_json: bool) -> None:
+                 verbose: bool, as_json: bool) -> None:
     """Block until JOB_ID ends; exit 0 only if it succeeded."""
     from ..backends import records
     from ..jobs import submit as jobs
@@ -610,4 +627,5 @@ def wait_command(job_id: str, timeout: Optional[float], stream_logs: bool, quiet
     record = records.load(job_id)
     _attend_and_exit(jobs.backend_for_record(record), record,
                      stream_logs=stream_logs and not as_json, timeout=timeout,
-                     cancel_on_interrupt=False, quiet=quiet, as_json=as_json)
+                     cancel_on_interrupt=False, quiet=quiet, as_json=as_json,
+                     verbose=verbose)

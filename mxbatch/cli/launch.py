@@ -103,6 +103,7 @@ class LaunchArgs:
     detach: bool = False
     quiet: bool = False
     as_json: bool = False
+    verbose: bool = False
     render: Optional[str] = None
 
 
@@ -177,6 +178,9 @@ _OPTIONS: List[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED),
 ]
 
+    click.option("--verbose", "-v", is_flag=True,
+                 help="Stream mxbatch's own lines of the logs too (notes, the role hook's "
+                      "reports, stack dumps), as the log files keep them."),
 
 class LaunchCommand(click.Command):
     """The ``launch`` command: remembers whether ``--`` ended the options (then what

@@ -1,8 +1,10 @@
 """The ``logs`` command: the logs of a job's tasks, each line prefixed ``role[rank] |``
 when several tasks are shown; ``--tail N`` starts at each task's last N lines, ``-f``
-follows until the job ends, ``--timestamps`` puts before each line when it arrived
-(from the log's time index, ``runtime.logfile``; logs read from the backend's own
-service, YARN's NodeManagers, have none)."""
+follows until the job ends (the tasks' lines merged in the order they arrived),
+``--timestamps`` puts before each line when it arrived (from the log's time index,
+``runtime.logfile``; logs read from the backend's own service, YARN's NodeManagers,
+have none). The roles' own lines only (``jobs.logview``) unless ``--verbose``: the
+files keep mxbatch's notes, hook reports and stack dumps too."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from ..backends.base import current_attempt, load_run_plan
 from ..errors import JobNotFound, MxbatchError
 from ..jobs import submit as jobs
 from ..jobs.follow import LogStream, LogTail
+from ..jobs.logview import RoleLines
 from ..runtime.planfile import TaskInfo
 from ..runtime.roles import Role
 from . import jsonout
@@ -55,8 +58,12 @@ def chosen_tasks(record: records.JobRecord, role: Optional[str],
               help="Put before each line when it arrived (UTC, as in --json documents).")
 @click.option("--attempt", type=int, default=None,
               help="The logs of this attempt (MXBATCH_ATTEMPT; default: the current one).")
+@click.option("--verbose", "-v", is_flag=True,
+              help="mxbatch's own lines too (notes, the role hook's reports, stack dumps), "
+                   "as the log files keep them.")
 def logs_command(job_id: str, role: Optional[str], rank: Optional[int], follow: bool,
-                 tail_lines: Optional[int], timestamps: bool, attempt: Optional[int]) -> None:
+                 tail_lines: Optional[int], timestamps: bool, attempt: Optional[int],
+                 verbose: bool) -> None:
     """Print the logs of JOB_ID (every task, prefixed role[rank]; one task as it is)."""
     record = records.load(job_id)
     backend = jobs.backend_for_record(record)
@@ -75,9 +82,12 @@ def logs_command(job_id: str, role: Optional[str], rank: Optional[int], follow: 
         # what the backend says a task's log is (Backend.logs: plugins may add to it)
         for task in tasks:
             prefix = f"{task.label:<{width}} | " if len(tasks) > 1 else ""
+            shown = RoleLines()
             for line in backend.logs(record, task.role, task.rank,
                                      *([attempt] if attempt else [])):
-                click.echo(prefix + line.rstrip("\n"))
+                text = line.rstrip("\n")
+                if verbose or shown.shows(text):
+                    click.echo(prefix + text)
         return
     readers = [backend.log_reader(record, t.role, t.rank, *([attempt] if attempt else []))
                for t in tasks]
@@ -87,7 +97,7 @@ def logs_command(job_id: str, role: Optional[str], rank: Optional[int], follow: 
                            exit_code=2)
     stream = LogStream(backend, record, load_run_plan(record), click.echo, attempt=attempt,
                        tasks=tasks, prefixed=len(tasks) > 1, tail_lines=tail_lines,
-                       stamp=_stamp if timestamps else None)
+                       stamp=_stamp if timestamps else None, verbose=verbose, merge=follow)
     while True:
         done = not follow or backend.status(record).terminal
         stream.pump(final=done)

@@ -10,11 +10,13 @@ its attempts: when one ends and the next starts, the logs streamed are the new o
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import os
 import stat
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..backends.base import Backend, LogReader, attempts_of, current_attempt, load_run_plan
 from ..backends.records import JobRecord
@@ -26,6 +28,7 @@ from ..runtime.states import AbortKind, AbortRecord, TaskState
 from ..runtime.watch import missing_at_deadline, startup_abort
 from ..spec.inputfile import describe_mode
 from .interrupts import HeldSignals, check_interrupted
+from .logview import RoleLines, is_mxbatch_line
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..backends.status import JobStatus
@@ -98,13 +101,15 @@ class LogTail:
         if rest:
             yield start, osbytes.decode(rest)  # printed as the role wrote it
 
-    def skip_to_last(self, count: int) -> None:
-        """Start at the last ``count`` lines of what the file holds now (``logs --tail``),
-        walking the local file backwards from its end."""
+    def skip_to_last(self, count: int,
+                     counts: Callable[[str], bool] = lambda line: True) -> None:
+        """Start at the last ``count`` lines of what the file holds now (``logs --tail``)
+        that ``counts`` (the others before the first of them are shown or hidden as the
+        reader decides), walking the local file backwards from its end."""
         self._lines = logfile.LineSplitter()
         if self.reader is not None:
             data = self.reader(0, True) or b""
-            self.offset = _start_of_last(data, count)
+            self.offset = _start_of_last(data, count, counts)
             return
         try:
             with open(self.path, "rb") as handle:
@@ -112,7 +117,13 @@ class LogTail:
                 handle.seek(max(0, size - 1))
                 end = size - (1 if handle.read(1) == b"\n" else 0)
                 self.offset = size if count == 0 else 0
-                for found, newline in enumerate(logfile.newlines_backwards(handle, end), 1):
+                found = 0
+                for newline in logfile.newlines_backwards(handle, end):
+                    if count == 0:
+                        break
+                    handle.seek(newline + 1)
+                    head = handle.read(_HEAD)
+                    found += counts(osbytes.decode(head.partition(b"\n")[0]))
                     if found == count:
                         self.offset = newline + 1
                         break
@@ -120,16 +131,43 @@ class LogTail:
             self.offset = 0
 
 
-def _start_of_last(data: bytes, count: int) -> int:
-    """Where the last ``count`` lines of ``data`` start (a log in memory)."""
-    start = len(data) - (1 if data.endswith(b"\n") else 0)
+#: how much of a line ``skip_to_last`` reads to judge it (notes are told by their start)
+_HEAD = 512
+
+
+def _start_of_last(data: bytes, count: int,
+                   counts: Callable[[str], bool] = lambda line: True) -> int:
+    """Where the last ``count`` lines of ``data`` that ``counts`` start (a log in
+    memory)."""
+    end = len(data) - (1 if data.endswith(b"\n") else 0)
     if count == 0:
         return len(data)
-    for _ in range(count):
-        start = data.rfind(b"\n", 0, start)
-        if start < 0:
-            return 0
-    return start + 1
+    found = 0
+    while True:
+        start = data.rfind(b"\n", 0, end)
+        found += counts(osbytes.decode(data[start + 1:end]))
+        if start < 0 or found == count:
+            return start + 1
+        end = start
+
+
+class _Line(NamedTuple):
+    """A line read, waiting in a merged stream: ordered by when it arrived (``at``, the
+    log's time index), then by when it was read (``seq``)."""
+
+    at: float
+    seq: int
+    read_at: float
+    text: str
+    teardown: bool
+
+
+class _Source(NamedTuple):
+    """One task's log in a ``LogStream``: its tail, its time index, which lines show."""
+
+    tail: LogTail
+    index: logfile.IndexFollower
+    lines: Optional[RoleLines]  # None: every line (verbose)
 
 
 class LogStream:
@@ -138,21 +176,31 @@ class LogStream:
     The one follower of logs: ``submit --wait`` streams every task's, ``logs -f`` those
     it chose, from their last ``tail_lines`` lines, each line after its arrival time
     as ``stamp`` writes it (from the log's time index; ``stamp(None)`` where the index
-    does not say)."""
+    does not say). Only the roles' own lines unless ``verbose`` (``jobs.logview``:
+    notes, hook reports and stack dumps stay in the files). ``merge``: the tasks' lines
+    in the order they arrived (the logs' time indexes), each held back at most
+    ``MERGE_WINDOW_S`` after it was read for lines of other tasks that arrived before it
+    but are read later; else each look shows task after task."""
 
     #: the least time between two looks at the logs (each look opens every log file
     #: anew: on NFS only an open shows what another host wrote)
     MIN_INTERVAL_S = 0.1
+    #: how long a merged stream holds a line it has read back (see the class docstring)
+    MERGE_WINDOW_S = 0.3
 
     def __init__(self, backend: Backend, record: JobRecord, plan: RunPlan,
                  echo: Callable[[str], None], enabled: bool = True, attempt: int = 0, *,
                  tasks: Optional[Sequence[TaskInfo]] = None, prefixed: bool = True,
                  tail_lines: Optional[int] = None,
-                 stamp: Optional[Callable[[Optional[float]], str]] = None) -> None:
+                 stamp: Optional[Callable[[Optional[float]], str]] = None,
+                 verbose: bool = False, merge: bool = False) -> None:
         self.echo = echo
         self.stamp = stamp
+        self.merge = merge
         self._next = 0.0
-        self.tails: List[Tuple[LogTail, str]] = []  # and its time index's path
+        self._held: List[_Line] = []
+        self._seq = itertools.count()
+        self.sources: List[_Source] = []
         if not enabled:
             return
         chosen = plan.tasks if tasks is None else tasks
@@ -165,41 +213,78 @@ class LogStream:
                            backend.log_reader(record, task.role, task.rank,
                                               *([attempt] if attempt else [])))
             if tail_lines is not None:
-                tail.skip_to_last(tail_lines)
-            self.tails.append((tail, layout.task_log_times(task.role.value, task.rank)))
+                tail.skip_to_last(tail_lines, counts=_every_line if verbose
+                                  else lambda line: not is_mxbatch_line(line))
+            self.sources.append(_Source(tail, logfile.IndexFollower(
+                layout.task_log_times(task.role.value, task.rank)),
+                None if verbose else RoleLines()))
 
     def pump(self, final: bool = False) -> None:
-        """Echo the complete new lines (``final``: the rest too). Within one look, the
-        supervisors' teardown notes (``stopping: <why>``) come after every task's own
-        lines, so that a failing role's last output precedes the others' stopping."""
+        """Echo the complete new lines (``final``: the rest too, nothing held back).
+        Within one look, the supervisors' teardown notes (``stopping: <why>``, shown
+        when verbose) come after every task's own lines, so that a failing role's last
+        output precedes the others' stopping."""
         now = time.monotonic()
         if not final and now < self._next:
             return
         self._next = now + self.MIN_INTERVAL_S
-        teardown = []
-        for tail, times in self.tails:
-            index = logfile.read_index(times) if self.stamp is not None else []
-            for offset, text in tail.read_lines(final=final):
-                stamp = ("" if self.stamp is None
-                         else self.stamp(logfile.time_at(index, offset)) + " ")
-                line = tail.prefix + stamp + text
-                (teardown.append if notes.is_teardown(text) else self.echo)(line)
-        for line in teardown:
-            self.echo(line)
+        wall = time.time()
+        teardown: List[str] = []
+        if self.merge:
+            ready_until = float("inf") if final else wall - self.MERGE_WINDOW_S
+            held: List[_Line] = []
+            merged = heapq.merge(self._held, *(self._read(source, wall, final)
+                                               for source in self.sources))
+            for line in merged:
+                if held or line.read_at > ready_until:
+                    held.append(line)  # and every later one: they are shown in order
+                else:
+                    (teardown.append if line.teardown else self.echo)(line.text)
+            self._held = held
+        else:
+            for source in self.sources:
+                for line in self._read(source, wall, final):
+                    (teardown.append if line.teardown else self.echo)(line.text)
+        for text in teardown:
+            self.echo(text)
+
+    def _read(self, source: _Source, wall: float, final: bool) -> Iterator[_Line]:
+        """The new lines of one task's log that show, in order (their times never go
+        back: a clock stepped back does not move a line before one of its own task's)."""
+        tail, index, shown = source
+        index.refresh()
+        latest = float("-inf")
+        for offset, text in tail.read_lines(final=final):
+            if shown is not None and not shown.shows(text):
+                continue
+            at = index.time_at(offset)
+            stamp = "" if self.stamp is None else self.stamp(at) + " "
+            latest = max(latest, wall if at is None else at)
+            yield _Line(latest, next(self._seq), wall, tail.prefix + stamp + text,
+                        notes.is_teardown(text))
+
+
+def _every_line(line: str) -> bool:
+    return True
 
 
 class AttemptLogs:
-    """The logs of the job's current attempt: a ``LogStream`` that moves on to the next
-    attempt when the job relaunches (the last lines of the one before first), saying
-    through ``note`` how the one before ended."""
+    """The logs of the job's current attempt, merged in time order: a ``LogStream``
+    that moves on to the next attempt when the job relaunches (the last lines of the
+    one before first), saying through ``note`` how the one before ended. Only the
+    roles' own lines unless ``verbose``."""
 
     def __init__(self, backend: Backend, record: JobRecord, plan: RunPlan,
                  echo: Callable[[str], None], enabled: bool,
-                 note: Optional[Callable[[str], None]] = None) -> None:
+                 note: Optional[Callable[[str], None]] = None, verbose: bool = False) -> None:
         self.backend, self.record, self.plan = backend, record, plan
-        self.echo, self.enabled, self.note = echo, enabled, note
+        self.echo, self.enabled, self.note, self.verbose = echo, enabled, note, verbose
         self.attempt = current_attempt(record)
-        self.stream = LogStream(backend, record, plan, echo, enabled, self.attempt)
+        self.stream = self._stream()
+
+    def _stream(self) -> LogStream:
+        return LogStream(self.backend, self.record, self.plan, self.echo, self.enabled,
+                         self.attempt, verbose=self.verbose, merge=True)
 
     def pump(self, final: bool = False) -> None:
         self.stream.pump(final)
@@ -214,21 +299,22 @@ class AttemptLogs:
             for ended in attempts.attempts[self.attempt:attempt]:
                 self.note(f"mxbatch: {ended.summary()}: {ended.decision}")
         self.attempt = attempt
-        self.stream = LogStream(self.backend, self.record, self.plan, self.echo,
-                                self.enabled, attempt)
+        self.stream = self._stream()
 
 
 def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
            echo: Callable[[str], None], timeout: Optional[float] = None,
            on_status: Optional[Callable[[JobStatus], None]] = None,
            note: Optional[Callable[[str], None]] = None,
-           output_busy: Callable[[], bool] = lambda: False) -> JobStatus:
+           output_busy: Callable[[], bool] = lambda: False,
+           verbose: bool = False) -> JobStatus:
     """Block until the job ends; stream logs if asked; clean up; return the final status.
     ``on_status`` (a progress display) sees every status polled, the final one included;
     ``note`` gets a line when an attempt ends and the next one starts; while
-    ``output_busy()`` (what was echoed is not written yet) no more logs are read."""
+    ``output_busy()`` (what was echoed is not written yet) no more logs are read;
+    ``verbose``: the logs with mxbatch's own lines (``LogStream``)."""
     plan = load_run_plan(record)
-    stream = AttemptLogs(backend, record, plan, echo, stream_logs, note)
+    stream = AttemptLogs(backend, record, plan, echo, stream_logs, note, verbose)
     give_up = None if timeout is None else time.time() + timeout
     while True:
         check_interrupted()  # a Ctrl-C Python dropped (interrupts.SigintLatch)
@@ -259,8 +345,8 @@ def supervise(backend: Backend, record: JobRecord, *, stream_logs: bool,
               on_status: Optional[Callable[[JobStatus], None]] = None,
               held: Optional[HeldSignals] = None,
               note: Optional[Callable[[str], None]] = None,
-              output_busy: Callable[[], bool] = lambda: False
-              ) -> Tuple[JobStatus, Optional[str]]:
+              output_busy: Callable[[], bool] = lambda: False,
+              verbose: bool = False) -> Tuple[JobStatus, Optional[str]]:
     """Supervise an attached job in this process (``Backend.supervise_here``) while
     streaming its logs; the final status, and the signal that cancelled it, if any.
     ``on_status`` (a progress display) sees the status every ``STATUS_INTERVAL_S``;
@@ -269,8 +355,9 @@ def supervise(backend: Backend, record: JobRecord, *, stream_logs: bool,
     reader that does not read) no more logs are read, and they are left for later.
     ``echo``, ``note`` and ``on_status`` must neither raise nor block: they run in the
     supervisor's loop, and the job's outcome must not depend on its follower's output
-    (``cli.output``)."""
-    stream = AttemptLogs(backend, record, load_run_plan(record), echo, stream_logs, note)
+    (``cli.output``). ``verbose``: the logs with mxbatch's own lines."""
+    stream = AttemptLogs(backend, record, load_run_plan(record), echo, stream_logs, note,
+                         verbose)
     next_status = [0.0]
 
     def tick() -> None:

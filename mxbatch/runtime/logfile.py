@@ -116,6 +116,40 @@ def time_at(index: Index, offset: int) -> Optional[float]:
     return index[position][1] if position >= 0 else None
 
 
+class IndexFollower:
+    """A growing index read as it grows: ``refresh`` reads only what was appended since
+    the last look, and ``time_at`` answers for offsets that never go back (a log read
+    from its start on), keeping only the entries from the last one it answered with:
+    following a long job's log costs no re-read of its whole index."""
+
+    def __init__(self, times_path: str) -> None:
+        self.times_path = times_path
+        self._read = 0
+        self._partial = b""
+        self._entries: Index = []
+
+    def refresh(self) -> None:
+        try:
+            with open(self.times_path, "rb") as handle:
+                handle.seek(self._read)
+                data = handle.read()
+        except OSError:
+            return
+        self._read += len(data)
+        text, _, self._partial = (self._partial + data).rpartition(b"\n")
+        if text:
+            self._entries.extend(parse_index(text.decode("ascii", "replace")))
+
+    def time_at(self, offset: int) -> Optional[float]:
+        """When the byte at ``offset`` arrived (None before the first entry); a later
+        call asks for the same or a later offset."""
+        position = bisect.bisect_right(self._entries, (offset, float("inf"))) - 1
+        if position < 0:
+            return None
+        del self._entries[:position]
+        return self._entries[0][1]
+
+
 class LineSplitter:
     """Lines from chunks of output, holding at most ``max_line`` bytes of an unfinished
     line between two chunks: ``feed`` returns each line it completes with its newline

@@ -7,7 +7,9 @@ hook (``pyhook``, inside the role's own interpreter) writes ``mxbatch hook
 <role>[<rank>]: <event> <JSON>`` on the role's stderr (``hook_line``).
 Readers use ``is_note`` and ``is_teardown`` to tell them from the role's output (the
 failure summary quotes the role's own last lines; streamed logs show a failing task's
-output before the teardown notes of the others). Standard library only.
+output before the teardown notes of the others), and ``is_bookkeeping`` for every line
+that is mxbatch's rather than the role's: what followed logs hide unless ``--verbose``
+(the log files keep them all). Standard library only.
 """
 
 import sys
@@ -17,6 +19,8 @@ PREFIX = "mxbatch supervisor "
 STOPPING = "stopping: "
 #: the start of a role hook's report line
 HOOK_PREFIX = "mxbatch hook "
+#: the start of the lean scheduler's word (``pyhook``) that it serves without its script
+LEAN_SCHEDULER = "mxbatch: the scheduler runs ps-lite's scheduler from "
 
 
 def note(label: str, message: str) -> str:
@@ -33,6 +37,13 @@ def is_note(line: str) -> bool:
     """Whether ``line`` (a log line, prefixed or not by ``role[rank] | ``) is a note, or
     a role hook's report line."""
     return _after_prefix(line) is not None or _after_prefix(line, HOOK_PREFIX) is not None
+
+
+def is_bookkeeping(line: str) -> bool:
+    """Whether ``line`` (not prefixed) is mxbatch's bookkeeping, no word of the role's
+    nor news of the job: a note, a hook's report line, the lean scheduler's word. The
+    roles' failures reach the user as the job's outcome, said once (the CLI)."""
+    return line.startswith(LEAN_SCHEDULER) or is_note(line)
 
 
 def is_teardown(line: str) -> bool:
