@@ -43,6 +43,7 @@ from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan
 from ...runtime.roles import Role
 from ...runtime.states import EndReason
+from ...runtime.trust import user_name
 from ...spec.plan import JobPlan
 from ...spec.typed import option
 from ...spec.units import format_duration
@@ -466,8 +467,12 @@ class SgeBackend(BatchBackend[SgeHandle]):
 
     # ------------------------------------------------------------------ watching
     def read_queue(self) -> Dict[Tuple[str, int], str]:
-        """Every task SGE holds, from ``qstat -xml -g d -u '*'`` (``parse_qstat_xml``)."""
-        result = self.run_command(["qstat", "-xml", "-g", "d", "-u", "*"], timeout=30)
+        """Every task SGE holds of this user's, from ``qstat -xml -g d -u USER``
+        (``parse_qstat_xml``): never the whole cell, whose answer on a busy queue is
+        megabytes of other users' tasks for every look (mxbatch's jobs are always its
+        user's own)."""
+        result = self.run_command(["qstat", "-xml", "-g", "d", "-u", user_name(os.getuid())],
+                                  timeout=30)
         try:
             return parse_qstat_xml(result.stdout)
         except ElementTree.ParseError as exc:
