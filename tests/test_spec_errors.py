@@ -52,6 +52,35 @@ def test_misplaced_keys_point_where_they_belong(tmp_path):
     assert not any("workers" in m and "'workdir'" in m for m in messages)  # no typo of it
 
 
+@pytest.mark.parametrize("text, key, hint", [
+    ("worker: {count: 2}", "worker", "it is not a key here: did you mean 'roles.worker'?"),
+    ("server: {count: 1}", "server", "it is not a key here: did you mean 'roles.server'?"),
+    ("scheduler: {}", "scheduler",
+     "it is not a key here: did you mean 'roles.scheduler'?"),
+    ("scheduler: lean", "scheduler",
+     "it is not a key here: did you mean 'rendezvous.scheduler'?"),
+    ("workers: {count: 2}", "workers", "did you mean 'roles.worker'?"),
+    ("count: 3", "count", "it is not a key here: did you mean 'roles.worker.count'?"),
+    ("roles: {count: 3}", "roles.count",
+     "it is not a key here: did you mean 'roles.worker.count'?"),
+    ("resources: {count: 3}", "resources.count",
+     "it is not a key here: did you mean 'roles.worker.count'?"),
+    ("roles: {workers: {count: 2}}", "roles.workers", "did you mean 'worker'?"),
+    ("roles: {server: {worker: {count: 2}}}", "roles.server.worker",
+     "it is not a key here: did you mean 'roles.worker'?"),
+])
+def test_a_role_or_a_role_key_at_the_wrong_level_points_to_the_role(cli, tmp_path, text,
+                                                                      key, hint):
+    """Issue 38, 5: a top-level ``worker:`` was "did you mean 'workdir'?", ``server:`` a
+    list of valid keys, ``count:`` ``roles.<role>.count``."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"command: python3 -c pass\n{text}\n")
+    result = cli.run("submit", str(spec))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == f"Error: {spec}:2: {key}: unknown key ({hint})\n"
+    assert cli.run_dirs() == []
+
+
 def test_the_backend_blocks_report_each_of_their_problems(tmp_path):
     path = tmp_path / "job.yaml"
     path.write_text("command: x\nbackends:\n  sge: {queu: a, submitter: qsb}\n"

@@ -238,7 +238,8 @@ class _Section:
                 self._reported.add(key)  # once, though finish runs again
                 self.errors.add(self.locations.error(self.key_path + (key,), "unknown key",
                                                      unknown_key_hint(self.key_path, key,
-                                                                      self.known)))
+                                                                      self.known,
+                                                                      self.data[key])))
 
 
 #: keys people write for a spec key of another name and place
@@ -247,6 +248,9 @@ MISPLACED_ALIASES = {"workers": "roles.worker.count", "num_workers": "roles.work
                      "num_servers": "roles.server.count", "num-servers": "roles.server.count",
                      "hosts_file": "backends.ssh.hostfile", "launcher": "backend"}
 _ROLE = "<role>"
+#: the role a role's key given outside ``roles`` is pointed to (``count`` ->
+#: ``roles.worker.count``): the role people mean most
+DEFAULT_HINT_ROLE = Role.WORKER.value
 
 
 def _spec_key_paths() -> List[Tuple[str, ...]]:
@@ -276,15 +280,28 @@ def _spec_key_paths() -> List[Tuple[str, ...]]:
     return paths
 
 
-def unknown_key_hint(key_path: KeyPath, key: str, known: Sequence[str]) -> str:
-    """What to say about unknown ``key`` at ``key_path``: the key it stands for when it
-    is a known misplaced one (``workers`` -> ``roles.worker.count``), where a key of that
-    name belongs when it belongs elsewhere, else a close key here, else the valid ones."""
+def unknown_key_hint(key_path: KeyPath, key: str, known: Sequence[str],
+                     value: Any = None) -> str:
+    """What to say about unknown ``key`` (whose value is ``value``) at ``key_path``:
+    under ``roles``, a close role name (``workers`` -> ``worker``); the key it stands for
+    when it is a known misplaced one (``workers: 2`` -> ``roles.worker.count``,
+    ``workers: {...}`` -> ``roles.worker``); a role's name outside ``roles`` (``worker:``
+    -> ``roles.worker``); where a key of that name belongs when it belongs elsewhere (a
+    role's key outside a role: ``roles.worker.count``); else a close key here, else the
+    valid ones."""
+    here = tuple(str(p) for p in key_path)
+    if here == ("roles",):
+        close = did_you_mean(key, known, "")
+        if close:
+            return close
     alias = MISPLACED_ALIASES.get(str(key))
+    if alias and alias.startswith("roles.") and isinstance(value, dict):
+        alias = alias.rpartition(".")[0]  # workers: {count: 2}: the role's block
     if alias:
         return f"did you mean {alias!r}?"
     role = next((str(p) for p in key_path[1:2] if key_path[:1] == ("roles",)), None)
-    here = tuple(str(p) for p in key_path)
+    if str(key) in {r.value for r in Role} and (value is None or isinstance(value, dict)):
+        return f"it is not a key here: did you mean {'roles.' + str(key)!r}?"
     elsewhere = []
     for path in _spec_key_paths():
         if path[-1] != key:
@@ -297,7 +314,7 @@ def unknown_key_hint(key_path: KeyPath, key: str, known: Sequence[str]) -> str:
     elsewhere = inside or plain or elsewhere
     if elsewhere:
         elsewhere.sort(key=lambda p: (p.count("."), p))
-        places = " or ".join(repr(p) for p in elsewhere[:3])
+        places = " or ".join(repr(p.replace(_ROLE, DEFAULT_HINT_ROLE)) for p in elsewhere[:3])
         return f"it is not a key here: did you mean {places}?"
     return did_you_mean(key, known, "valid keys: " + ", ".join(known))
 
