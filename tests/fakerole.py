@@ -26,7 +26,8 @@ worker:    writes {argv, env, core_limit} as JSON to $FAKE_OUT/<rank>.json (if s
 $FAKE_HANG_AT_EXIT_RANKS ("0,1"): those workers block in an atexit handler after their
            code has finished, as MXNet's dist kvstore does at exit; $FAKE_BLOCK_RANK: that
            worker blocks for good (no CPU, no output) where it would exit, as a worker
-           waiting in a push or pull for a peer that has finished.
+           waiting in a push or pull for a peer that has finished: in a stand-in of
+           MXNet's ``KVStore.push`` (its stack dump shows ``mxnet/kvstore/kvstore.py``).
 Servers and workers first wait at mxbatch's start gate, as MXNet's import does under
 the role hook (``sitecustomize.mxbatch_wait_for_scheduler``).
 With $FAKE_JOIN set, servers and workers first connect to the scheduler's address, as
@@ -69,6 +70,11 @@ def _connect_to_scheduler():
 
 
 _CONNECTIONS = []
+# MXNet's kvstore push, as a stack dump shows it (the file name is its code's own), for a
+# worker that blocks in a push for a peer that has finished ($FAKE_BLOCK_RANK)
+STAND_IN_KVSTORE = {}
+exec(compile("import threading\n\ndef push(key, value):\n    threading.Event().wait()\n",
+             "/stand-in/site-packages/mxnet/kvstore/kvstore.py", "exec"), STAND_IN_KVSTORE)
 if role != "scheduler" and not os.environ.get("FAKE_NO_CONNECT"):
     threading.Thread(target=_connect_to_scheduler, daemon=True).start()
 
@@ -151,7 +157,7 @@ else:
     if str(rank) in os.environ.get("FAKE_HANG_AT_EXIT_RANKS", "").split(","):
         atexit.register(threading.Event().wait)
     if os.environ.get("FAKE_BLOCK_RANK") == str(rank):
-        threading.Event().wait()
+        STAND_IN_KVSTORE["push"](3, None)
     attempts = os.environ.get("FAKE_EXIT_ATTEMPTS")
     ranks = os.environ.get("FAKE_EXIT_RANKS")
     failing = ((attempts is None or os.environ.get("MXBATCH_ATTEMPT", "0") in attempts.split(","))

@@ -75,7 +75,7 @@ EXPECTED: Dict[Fault, str] = {
                        r"(after mxbatch chose it|holds it)",
     Fault.CANCEL_QUEUED: r"cancelled by the user",
     Fault.CANCEL_RUNNING: r"cancelled by the user",
-    Fault.DEADLOCK: r"worker\[0\] finished; worker\[1\] blocked in a kvstore call for \d+s",
+    Fault.DEADLOCK: r"worker\[0\] finished; worker\[1\] blocked \d+s in a kvstore call",
     Fault.EXIT_HANG: r"MXNet's exit hang: worker\[0\] \(hung \d+s\) and worker\[1\] "
                      r"\(hung \d+s\) were ended",
 }

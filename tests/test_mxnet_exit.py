@@ -71,9 +71,11 @@ def test_workers_hanging_at_exit_are_ended_and_the_job_succeeds(cli, tmp_path):
 def test_the_uneven_batch_deadlock_fails_naming_it(cli, tmp_path):
     result = launch(cli, tmp_path, "--uneven-batches", "2")
     assert result.returncode == 1, result.stderr[-3000:]
-    found = re.search(r"FAILED: worker\[(\d)\] finished; worker\[(\d)\] blocked in a kvstore "
-                      r"call for (\d+)s: the workers ran different numbers of batches",
-                      result.stderr)
+    found = re.search(r"FAILED: worker\[(\d)\] finished; worker\[(\d)\] blocked (\d+)s in MXNet "
+                      r"\(mxnet/.*\), from image_classification\.py:\d+ in \w+ \(.*\) \(no CPU "
+                      r"and no output; rendezvous.exit_timeout \d+s\); batches pushed \(the most "
+                      r"pushes of one kvstore key\): worker\[0\] \d+, worker\[1\] \d+: the "
+                      r"workers ran different numbers of batches", result.stderr)
     assert found, result.stderr[-2000:]
     assert found.group(1) != found.group(2) and int(found.group(3)) >= EXIT_TIMEOUT
     job = result.stdout.split()[0]

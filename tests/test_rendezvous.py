@@ -1,6 +1,7 @@
 """The shared-file rendezvous (every name exists before tasks look, atomic records,
 first abort wins) and the watcher's decisions (deadline, lost, stalled, digest)."""
 
+import dataclasses
 import json
 import os
 import threading
@@ -196,8 +197,25 @@ def test_watch_names_a_worker_blocked_after_another_finished():
     abort = JobWatch(plan, by="scheduler[0]").check({(WORKER, 0): done, (WORKER, 1): blocked},
                                                     wall=5, mono=0)
     assert (abort.role, abort.rank, abort.end) == (WORKER, 1, EndReason.EXIT_HANG)
-    assert abort.reason.startswith("worker[0] finished; worker[1] blocked in a kvstore call "
-                                   "for 11s: the workers ran different numbers of batches")
+    # nothing measured where it blocks nor how many batches each ran: nothing claimed
+    assert abort.reason == ("worker[0] finished; worker[1] blocked 11s (its stack is not "
+                            "known) (no CPU and no output; rendezvous.exit_timeout 10s)")
+    in_push = {"frames": [{"path": "/v/site-packages/mxnet/kvstore/kvstore.py", "line": 240,
+                           "function": "push"},
+                          {"path": "/w/train.py", "line": 30, "function": "main",
+                           "text": "kv.push(3, x)"}]}
+    counted = dataclasses.replace(blocked, stack=in_push, batches=26)
+    abort = JobWatch(plan, "s").check(
+        {(WORKER, 0): dataclasses.replace(done, batches=24), (WORKER, 1): counted}, 5, 0)
+    assert abort.reason == (
+        "worker[0] finished; worker[1] blocked 11s in a kvstore call (mxnet/kvstore/kvstore.py"
+        ":240 in push), from train.py:30 in main (kv.push(3, x)) (no CPU and no output; "
+        "rendezvous.exit_timeout 10s); batches pushed (the most pushes of one kvstore key): "
+        "worker[0] 24, worker[1] 26: the workers ran different numbers of batches")
+    # idle in its own code (a sleep of the script): no deadlock of the kvstore's
+    sleeping = dataclasses.replace(blocked, stack={"frames": [
+        {"path": "/w/train.py", "line": 41, "function": "main", "text": "time.sleep(600)"}]})
+    assert JobWatch(plan, "s").check({(WORKER, 0): done, (WORKER, 1): sleeping}, 5, 0) is None
     hung = running(WORKER, 0, code_finished_at=2.0)  # finished, hanging at exit itself
     assert JobWatch(plan, "s").check({(WORKER, 0): hung, (WORKER, 1): blocked}, 5, 0)
     for other in (running(WORKER, 1, idle_s=9, reached_at=1.0),    # not long enough

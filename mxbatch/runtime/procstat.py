@@ -204,3 +204,20 @@ def _tree_stat(root: int, procs: Dict[int, Tuple[int, int, bool]],
         pending.extend(children.get(pid, ()))
     leaders = [root] + children.get(root, [])
     return GroupStat(count, cpu, any(procs[pid][2] for pid in leaders), tuple(seen))
+
+
+def catches(pid: int, signum: int, pgid: int) -> bool:
+    """Whether process ``pid``, of process group ``pgid``, runs (not stopped, no zombie)
+    and has a handler for signal ``signum`` (``SigCgt`` of ``/proc/<pid>/status``): the
+    only process a signal whose default is to end it may be sent to."""
+    stat = _stat(pid)
+    if stat is None or stat[2] != pgid or stat[0] in ("T", "t"):
+        return False
+    try:
+        with open("/proc/%d/status" % pid) as handle:
+            for line in handle:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
