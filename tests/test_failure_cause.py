@@ -41,14 +41,44 @@ def test_script_of_a_command():
     assert script_of(["bash", "run.py"]) is None
 
 
-def test_a_missing_script_is_warned_about_and_quoted_in_the_summaries(cli, tmp_path):
+def test_a_missing_script_is_bad_input_naming_the_command_and_nothing_is_submitted(
+        cli, tmp_path):
+    """Issue 38, 3: it was a warning, then a job whose every role failed."""
+    (tmp_path / "train.py").write_text("")
+    spec = tmp_path / "job.yaml"
+    spec.write_text("command: python3 trian.py\nroles:\n  server: {count: 1}\n"
+                    "  worker: {count: 1, command: python3 -u sub/w.py}\n")
+    for args in (["submit", str(spec)], ["submit", "--wait", str(spec)]):
+        result = cli.run(*args)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith("Error: 2 problems:\n"), result.stderr
+        assert (f"{spec}:1: command: runs trian.py, but {tmp_path / 'trian.py'} does not "
+                "exist where the roles run (the scheduler, server would fail at once) (did "
+                "you mean 'train.py'? Else fix the command or workdir, or give --no-check"
+                in result.stderr)
+        assert (f"{spec}:4: roles.worker.command: runs sub/w.py, but "
+                f"{tmp_path / 'sub' / 'w.py'} does not exist" in result.stderr)
+        assert "Traceback" not in result.stderr and result.stdout == ""
+    launched = cli.run("launch", "-n", "1", "python3", "trian.py", cwd=tmp_path)
+    assert launched.returncode == 2, launched.stderr
+    assert launched.stderr.startswith("Error: <command line>: command: runs trian.py")
+    assert cli.run_dirs() == [] and not list((cli.home / "jobs").glob("*.json"))
+    # where the script is, nothing is said; --no-check submits what is not here
+    spec.write_text("command: python3 train.py\nroles: {worker: {count: 1}}\n")
+    assert cli.run("submit", "--wait", "-q", str(spec)).returncode == 0
+    detached = cli.run("launch", "--no-check", "--detach", "-n", "1", "python3", "gone.py",
+                       cwd=tmp_path)
+    assert detached.returncode == 0, detached.stderr
+    assert cli.run("wait", detached.stdout.split()[0]).returncode == 1
+
+
+def test_a_missing_script_submitted_with_no_check_is_quoted_in_the_summaries(cli, tmp_path):
     spec = tmp_path / "job.yaml"
     spec.write_text("command: python3 nope.py\nroles: {worker: {count: 2}}\n"
                     "rendezvous: {grace: 1s}\n")
-    result = cli.run("submit", "--wait", "-q", str(spec))
+    result = cli.run("submit", "--wait", "-q", "--no-check", str(spec))
     assert result.returncode == 1, result.stderr
     job = result.stdout.split()[0]
-    assert "warning: the scheduler, server, worker command runs nope.py" in result.stderr
     summary = result.stderr[result.stderr.index(f"job {job} FAILED"):]
     assert "last output:\n    python3: can't open file" in summary, summary
     assert "nope.py': [Errno 2] No such file or directory" in summary

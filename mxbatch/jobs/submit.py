@@ -16,6 +16,7 @@ from ..runtime.roles import Role
 from ..spec import plan as planning
 from ..spec.parse import SERVERS_FLAG, WORKERS_FLAG, with_counts, with_max_restarts
 from ..spec.schema import JobSpec
+from . import scripts
 
 
 def backend_for_spec(spec: JobSpec, name: str) -> Backend:
@@ -40,9 +41,12 @@ def count_flags_of(workers: Optional[int], servers: Optional[int]) -> Dict[Role,
 def prepare(spec: JobSpec, backend_name: str, *, workers: Optional[int] = None,
             servers: Optional[int] = None, for_submit: bool = True,
             count_flags: Optional[Mapping[Role, str]] = None,
-            max_restarts: Optional[int] = None) -> Tuple[Backend, Request]:
+            max_restarts: Optional[int] = None,
+            check_scripts: bool = True) -> Tuple[Backend, Request]:
     """Validate everything and render the submission; creates nothing.
-    ``for_submit``: also check that the backend is usable and the run directory creatable;
+    ``for_submit``: also check that the backend is usable and the run directory creatable,
+    and (``check_scripts``, ``--no-check`` off) that the roles' training script exists
+    where the backend's roles see this machine's workdir (``jobs.scripts``);
     ``count_flags``: the flags that set role counts, for errors (default: ``-n``/``-s``
     for ``workers``/``servers`` when given); ``max_restarts``: ``--max-restarts`` over the
     spec's ``restarts.max``."""
@@ -60,6 +64,8 @@ def prepare(spec: JobSpec, backend_name: str, *, workers: Optional[int] = None,
     backend.check(job_plan)
     containers.check_spec(job_plan)
     rundir.check_trusted(job_plan)  # render too: what it shows must not run from there
+    if for_submit and check_scripts and backend.workdir_is_here():
+        scripts.check_scripts(spec)
     if for_submit:
         backend.check_environment()
         containers.check_environment(job_plan, remote=not backend.loopback_only)
