@@ -262,3 +262,26 @@ def test_ctrl_z_in_a_real_terminal_then_fg(cli, tmp_path, tmux):  # noqa: F811
     pane = tmux.pane()
     assert "EXIT=0" in pane and f"job {job} SUCCEEDED" in pane, pane
     assert waiter.wait(timeout=60) == 0
+
+
+def test_exiting_the_shell_of_a_stopped_cli_cancels_its_job(cli, tmp_path, tmux):  # noqa: F811
+    """A stopped CLI never outlives its shell unseen: bash ends its stopped jobs on exit
+    (SIGTERM and SIGCONT), and the job is cancelled, nothing of it left."""
+    path = spec(tmp_path, seconds=60)
+    env = dict(terminal_env(cli), PS1="$ ")
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    tmux("new-session", "-d", "-x", "160", "-y", "30", "-s", "t",
+         f"env {exports} bash --norc --noprofile -i")
+    tmux("send-keys", "-t", "t", f"{_mxbatch()} submit --wait {path}", "Enter")
+    job = wait_for(lambda: next((p.stem for p in (cli.home / "jobs").glob("*.json")), None),
+                   60, "the job's record")
+    _running(cli, job)
+    tmux("send-keys", "-t", "t", "C-z")
+    wait_for(lambda: "Stopped" in tmux.pane(), 10, "bash to say the job stopped")
+    tmux("send-keys", "-t", "t", "exit", "Enter")  # "There are stopped jobs."
+    wait_for(lambda: "stopped jobs" in tmux.pane(), 10, "bash's warning")
+    tmux("send-keys", "-t", "t", "exit", "Enter")
+    status = wait_for(lambda: (lambda s: s if s["terminal"] else None)(cli.status(job)), 60,
+                      "the job to end")
+    assert status["state"] == "CANCELLED" and "interrupted" in status["reason"], status
+    assert_no_processes(job)
