@@ -88,12 +88,13 @@ def test_a_job_id_that_is_no_job_id_never_reaches_a_path(cli, tmp_path):
     planted.write_text(json.dumps({"job_id": "x", "backend": "local",
                                    "run_dir": str(tmp_path / "elsewhere")}))
     for args in (["status", "../../x"], ["logs", "../../x"], ["wait", "../../x"],
-                 ["cancel", "../../x"], ["status", "x/../../../x"], ["status", "job"],
-                 ["logs", "-f", "/etc/passwd"]):
+                 ["cancel", "../../x"], ["status", "x/../../../x"],
+                 ["logs", "-f", "/etc/passwd"], ["clean", "../../x"]):
         result = refused(cli, *args)
         assert "is not a job id" in result.stderr and "elsewhere" not in result.stderr
-    # a well-formed id that names no job is still "no such job" (exit 4)
+    # a well-formed id, or the start of one, that names no job is "no such job" (exit 4)
     assert cli.run("status", "nosuch-0123abcd").returncode == 4
+    assert cli.run("status", "job").returncode == 4
 
 
 @pytest.fixture

@@ -112,7 +112,8 @@ class Request:
 
     def describe(self) -> str:
         run = self.plan.run
-        parts = [f"# job {run.job_id} on backend {self.plan.backend}",
+        parts = [f"# job {run.job_id} on backend {self.plan.backend} (a placeholder id: "
+                 "submit gives the job a new one, and its run directory that name)",
                  f"# run directory {run.run_dir}",
                  "# task environments: added to the "
                  + ("inherited" if run.inherit_env else "minimal")

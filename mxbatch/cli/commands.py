@@ -20,9 +20,9 @@ from ..jobs.interrupts import HeldSignals, check_interrupted
 from ..spec.schema import DEFAULT_BACKEND
 from . import jsonout
 from . import launch as launchcli
-from .completion import job_ids, profile_names
+from .completion import profile_names
 from .output import Loss, OutputLost, Stream, Terminal
-from .params import Duration, backend_option
+from .params import JOB_HELP, Duration, JobRef, backend_option
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..backends import records
@@ -52,6 +52,10 @@ _NAME = click.option("--name", default=None, help="The job's name (overrides the
 _ENV = click.option("--env", "-e", "env", multiple=True, metavar="NAME[=VALUE]",
                     help="NAME=VALUE: set it for every role (over the spec's env); NAME: check "
                          "that the submitter's NAME is set (roles inherit it). Repeatable.")
+_NO_CHECK = click.option("--no-check", "no_check", is_flag=True,
+                         help="Submit even when the command's script (python3 X.py) does "
+                              "not exist in the workdir here: for a script that exists "
+                              "only on the nodes (else: exit 2, nothing submitted).")
 _EXTRA_ARGS = click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
 _VERBOSE = click.option("--verbose", "-v", is_flag=True,
                         help="Stream mxbatch's own lines of the logs too (notes, the role "
@@ -178,13 +182,14 @@ def main() -> None:
               help="Relaunch the job up to N times (overrides restarts.max).")
 @_NAME
 @_ENV
+@_NO_CHECK
 @_JSON
 @_EXTRA_ARGS
 def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
            servers: Optional[int], profile: Optional[str], wait: bool, quiet: bool,
            verbose: bool, max_restarts: Optional[int], name: Optional[str],
            env: Tuple[str, ...],
-           as_json: bool, extra_args: Tuple[str, ...]) -> None:
+           no_check: bool, as_json: bool, extra_args: Tuple[str, ...]) -> None:
     """Submit the job described by SPEC_FILE; print its id.
 
     Arguments after -- are appended to every role's command:
@@ -195,7 +200,7 @@ def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
     spec = _spec_with_flags(spec_file, profile, name, env, extra_args)
     _submit_and_maybe_follow(spec, siteconfig.backend_name(spec, backend), workers, servers,
                              wait, quiet, as_json, max_restarts=max_restarts,
-                             verbose=verbose)
+                             check_scripts=not no_check, verbose=verbose)
 
 
 def _spec_with_flags(spec_file: Path, profile: Optional[str], name: Optional[str],
@@ -231,7 +236,7 @@ def launch(**flags) -> None:
         return
     _submit_and_maybe_follow(spec, backend, None, None, not args.detach, args.quiet,
                              args.as_json, count_flags=launchcli.count_flags(args),
-                             verbose=args.verbose)
+                             check_scripts=not args.no_check, verbose=args.verbose)
 
 
 def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Optional[int],
@@ -239,15 +244,12 @@ def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Op
                              as_json: bool = False,
                              count_flags: Optional[Dict[Role, str]] = None,
                              max_restarts: Optional[int] = None,
-                             verbose: bool = False) -> None:
+                             check_scripts: bool = True, verbose: bool = False) -> None:
     from ..jobs import submit as jobs
-    from ..jobs.scripts import missing_scripts
 
     backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers,
-                                    count_flags=count_flags, max_restarts=max_restarts)
-    if backend.workdir_is_here():
-        for missing in missing_scripts(spec):
-            _err(f"mxbatch: warning: {missing.message()}")
+                                    count_flags=count_flags, max_restarts=max_restarts,
+                                    check_scripts=check_scripts)
     attached = backend.attach(request) if wait else None
     terminal = Terminal() if wait else None  # a job followed: its output never blocks it
     check_interrupted()  # a Ctrl-C Python dropped while preparing: submit nothing
@@ -481,7 +483,9 @@ def render(spec_file: Path, backend: Optional[str], workers: Optional[int],
            servers: Optional[int], profile: Optional[str], output_format: str,
            as_json: bool, all_backends: bool, name: Optional[str], env: Tuple[str, ...],
            extra_args: Tuple[str, ...]) -> None:
-    """Print exactly what submit would run (per-task argv and env, job scripts)."""
+    """Print exactly what submit would run (per-task argv and env, job scripts).
+
+    The job id it shows is a placeholder: each submit gives its job a new one."""
     from ..spec import config as siteconfig
 
     spec = _spec_with_flags(spec_file, profile, name, env, extra_args)
@@ -515,8 +519,8 @@ def _render(spec: specs.JobSpec, backend: str, output_format: str, workers: Opti
 # ------------------------------------------------------------------------ inspecting
 
 
-@main.command()
-@click.argument("job_id", shell_complete=job_ids)
+@main.command(epilog=JOB_HELP)
+@click.argument("job_id", type=JobRef())
 @_JSON
 def status(job_id: str, as_json: bool) -> None:
     """Show the state of every task of JOB_ID."""
@@ -570,8 +574,8 @@ def _show_attempts(result: JobStatus) -> None:
                    + "  " + row[4])
 
 
-@main.command()
-@click.argument("job_id", shell_complete=job_ids)
+@main.command(epilog=JOB_HELP)
+@click.argument("job_id", type=JobRef())
 @_JSON
 def cancel(job_id: str, as_json: bool) -> None:
     """Stop JOB_ID; nothing of it stays queued or running. A no-op on an ended job."""
@@ -609,8 +613,8 @@ def cancel(job_id: str, as_json: bool) -> None:
                 if report.killed else ""))
 
 
-@main.command(name="wait")
-@click.argument("job_id", shell_complete=job_ids)
+@main.command(name="wait", epilog=JOB_HELP)
+@click.argument("job_id", type=JobRef())
 @click.option("--timeout", type=Duration(), default=None,
               help="Give up after this long (600, 90s, 10m, 1h30m; exit 124).")
 @click.option("--logs/--no-logs", "stream_logs", default=False,

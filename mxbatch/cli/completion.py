@@ -19,13 +19,18 @@ COMPLETE_VAR = "_MXBATCH_COMPLETE"
 
 
 def job_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> List[str]:
-    """Ids of the recorded jobs starting with ``incomplete``, newest first."""
+    """Ids of the recorded jobs starting with ``incomplete``, newest first, then ``last``
+    (``backends.jobrefs.LAST``: the newest job) when it starts with ``incomplete`` and
+    there is a job."""
+    from ..backends.jobrefs import LAST
+
     jobs = jobs_dir()
     try:
         paths = sorted(jobs.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     except OSError:
         return []
-    return [p.stem for p in paths if p.stem.startswith(incomplete)]
+    ids = [p.stem for p in paths if p.stem.startswith(incomplete)]
+    return ids + ([LAST] if paths and LAST.startswith(incomplete) else [])
 
 
 def profile_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> List[str]:

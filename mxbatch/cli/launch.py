@@ -101,9 +101,10 @@ class LaunchArgs:
     max_restarts: Optional[int] = None
     profile: Optional[str] = None
     detach: bool = False
+    no_check: bool = False
     quiet: bool = False
-    as_json: bool = False
     verbose: bool = False
+    as_json: bool = False
     render: Optional[str] = None
 
 
@@ -171,16 +172,20 @@ _OPTIONS: List[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
                       "shell (a bash script), yaml (a job spec that submit runs as the "
                       "same job)."),
     click.option("--detach", is_flag=True, help="Return at once with the job id."),
+    click.option("--no-check", "no_check", is_flag=True,
+                 help="Run even when the command's script (python3 X.py) does not exist "
+                      "in the workdir here: for a script that exists only on the hosts "
+                      "(else: exit 2, nothing submitted)."),
     click.option("--quiet", "-q", is_flag=True,
                  help="Do not stream logs nor show the status line."),
+    click.option("--verbose", "-v", is_flag=True,
+                 help="Stream mxbatch's own lines of the logs too (notes, the role hook's "
+                      "reports, stack dumps), as the log files keep them."),
     click.option("--json", "as_json", is_flag=True,
                  help=jsonout.OPTION_HELP),
     click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED),
 ]
 
-    click.option("--verbose", "-v", is_flag=True,
-                 help="Stream mxbatch's own lines of the logs too (notes, the role hook's "
-                      "reports, stack dumps), as the log files keep them."),
 
 class LaunchCommand(click.Command):
     """The ``launch`` command: remembers whether ``--`` ended the options (then what

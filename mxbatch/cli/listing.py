@@ -3,16 +3,19 @@ ones. Formatting only; the work is in ``jobs.overview`` and ``jobs.clean``."""
 
 from __future__ import annotations
 
+import sys
 import time
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import click
 
 from ..backends import records
-from ..jobs.clean import clean
+from ..errors import ExitCode
+from ..jobs.clean import clean, clean_named
 from ..jobs.overview import JobSummary, StateFilter, select
+from ..spec.units import parse_duration
 from . import jsonout
-from .params import BackendName, Duration, RegistryHelpOption
+from .params import BackendName, Duration, JobRef, RegistryHelpOption
 from .progress import clock
 
 #: the state ``list`` shows of a job whose record cannot be read
@@ -81,34 +84,57 @@ def list_command(state: Optional[str], backend: Optional[str], last: Optional[in
     click.echo(_table(rows), nl=False)
 
 
-@click.command(name="clean")
-@click.option("--older-than", "older_than", type=Duration(), default="7d", show_default=True,
-              help="Only jobs that ended at least this long ago (12h, 7d...).")
+#: ``clean``'s filters when no job is named
+CLEAN_OLDER_THAN, CLEAN_STATE = "7d", StateFilter.ENDED.value
+
+
+@click.command(name="clean", epilog="JOB: a job's id, a unique prefix of it, or 'last' "
+                                    "(the newest job); several may be named.")
+@click.argument("jobs", nargs=-1, type=JobRef(), metavar="[JOB]...")
+@click.option("--older-than", "older_than", type=Duration(zero_ok=True), default=None,
+              help=f"Only jobs that ended at least this long ago (12h, 7d, 0...; default "
+                   f"{CLEAN_OLDER_THAN}, none for the JOBs named).")
 @click.option("--state", type=click.Choice(["ended", "succeeded", "failed", "cancelled",
                                             "unknown"], case_sensitive=False),
-              default="ended", show_default=True,
+              default=None,
               help="Which jobs: ended (succeeded, failed or cancelled), one of those, or "
-                   "unknown (the state cannot be read, e.g. the run directory is gone).")
+                   "unknown (the state cannot be read, e.g. the run directory is gone); "
+                   f"default {CLEAN_STATE}, ended or unknown for the JOBs named.")
 @click.option("--backend", "-b", type=BackendName(), default=None, cls=RegistryHelpOption,
               help="Only jobs of this backend: {backends}.")
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
 @click.option("--json", "as_json", is_flag=True, help=jsonout.OPTION_HELP)
-def clean_command(older_than: float, state: str, backend: Optional[str], dry_run: bool,
-                  as_json: bool) -> None:
-    """Remove the run directories and records of old ended jobs (never a running one)."""
-    chosen = select(records.all_records(), backend=backend,
-                    state=StateFilter(state.lower()), older_than_s=older_than)
-    results = [clean(summary, dry_run=dry_run) for summary in chosen]
+def clean_command(jobs: Tuple[str, ...], older_than: Optional[float], state: Optional[str],
+                  backend: Optional[str], dry_run: bool, as_json: bool) -> None:
+    """Remove the run directories and records of old ended jobs (never a running one).
+
+    With JOBs: those jobs (ended, or of a state that cannot be read, and no process of
+    theirs still running), whatever their age unless --older-than is given; exit 1 if
+    one of them is not removed.
+    """
+    chosen_state = StateFilter(state.lower()) if state else None
+    if jobs:
+        named = [records.load(job) for job in jobs]  # every one is a job, or nothing goes
+        results = clean_named(named, backend=backend, state=chosen_state,
+                              older_than_s=older_than, dry_run=dry_run)
+    else:
+        chosen = select(records.all_records(), backend=backend,
+                        state=chosen_state or StateFilter(CLEAN_STATE),
+                        older_than_s=(parse_duration(CLEAN_OLDER_THAN) if older_than is None
+                                      else older_than))
+        results = [clean(summary, dry_run=dry_run) for summary in chosen]
     if as_json:
         click.echo(jsonout.dumps(jsonout.document(
             {"dry_run": dry_run, "jobs": [r.to_dict() for r in results]})))
-        return
-    verb = "would remove" if dry_run else "removed"
-    for result in results:
-        if result.problem:
-            click.echo(f"mxbatch: {result.job_id}: {result.problem}", err=True)
-        else:
-            what = result.run_dir or "(no run directory)"
-            click.echo(f"{verb} {result.job_id}: {what}")
-    done = sum(1 for r in results if not r.problem)
-    click.echo(f"mxbatch: {verb} {done} job{'s' if done != 1 else ''}", err=True)
+    else:
+        verb = "would remove" if dry_run else "removed"
+        for result in results:
+            if result.problem:
+                click.echo(f"mxbatch: {result.job_id}: {result.problem}", err=True)
+            else:
+                what = result.run_dir or "(no run directory)"
+                click.echo(f"{verb} {result.job_id}: {what}")
+        done = sum(1 for r in results if not r.problem)
+        click.echo(f"mxbatch: {verb} {done} job{'s' if done != 1 else ''}", err=True)
+    if jobs and any(r.problem for r in results):  # a job named stays: as rm does
+        sys.exit(ExitCode.JOB_FAILED)

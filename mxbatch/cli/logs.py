@@ -23,7 +23,7 @@ from ..jobs.logview import RoleLines
 from ..runtime.planfile import TaskInfo
 from ..runtime.roles import Role
 from . import jsonout
-from .completion import job_ids
+from .params import JOB_HELP, JobRef
 
 #: how often ``logs -f`` looks at the logs
 FOLLOW_INTERVAL_S = 0.25
@@ -45,8 +45,8 @@ def chosen_tasks(record: records.JobRecord, role: Optional[str],
     return chosen
 
 
-@click.command(name="logs")
-@click.argument("job_id", shell_complete=job_ids)
+@click.command(name="logs", epilog=JOB_HELP)
+@click.argument("job_id", type=JobRef())
 @click.option("--role", type=click.Choice([r.value for r in Role]), default=None,
               help="Only this role's tasks (every rank of it, prefixed).")
 @click.option("--rank", type=int, default=None,

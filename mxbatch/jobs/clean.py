@@ -6,20 +6,25 @@ unknown while a process of this host still carries its job id or its scheduler s
 lists a task of it. The run directory is
 removed only when it is the job's own (its name is the job id, and it is no symbolic
 link); the record last, so that a failure leaves the job listed.
+
+``clean JOB...`` (``clean_named``) removes the jobs named, whatever their age or state
+(still never a pending or running one, nor one still running or listed as above), unless
+a filter is given: then a named job it leaves out is reported, not removed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from ..backends import records
 from ..errors import MxbatchError
 from ..runtime import procs
 from ..spec.plan import JOB_ID
-from .overview import JobSummary
+from .overview import JobSummary, StateFilter, summarize
 from .submit import backend_for_record
 
 
@@ -82,3 +87,35 @@ def clean(summary: JobSummary, dry_run: bool = False) -> Cleaned:
                            f"cannot remove {run_dir}: {exc.strerror or exc}")
     records.delete(record.job_id)
     return Cleaned(record.job_id, str(run_dir) if own else None, True)
+
+
+def clean_named(named: Sequence[records.JobRecord], *, backend: Optional[str] = None,
+                state: Optional[StateFilter] = None, older_than_s: Optional[float] = None,
+                dry_run: bool = False, now: Optional[float] = None) -> List[Cleaned]:
+    """``clean JOB...``: each job of ``named`` once, in order, removed as ``clean``
+    removes one; a filter given (``backend``, ``state``, ``older_than_s``) that leaves a
+    job out makes its ``Cleaned`` say so (``problem``) instead."""
+    now = time.time() if now is None else now
+    results: List[Cleaned] = []
+    seen = set()
+    for record in named:
+        if record.job_id in seen:
+            continue
+        seen.add(record.job_id)
+        if backend is not None and record.backend != backend:
+            results.append(Cleaned(record.job_id, None, False, "not removed: its backend "
+                                   f"is {record.backend}, not {backend}"))
+            continue
+        summary = summarize(record)
+        if state is not None and not state.matches(summary):
+            results.append(Cleaned(record.job_id, None, False, "not removed: it is "
+                                   f"{summary.state_text}, not {state.value}"))
+        elif (older_than_s is not None and (summary.ended or summary.state is None)
+              and summary.age_s(now) < older_than_s):
+            when = "ended" if summary.ended_at else "was submitted"
+            results.append(Cleaned(record.job_id, None, False, f"not removed: it {when} "
+                                   f"{summary.age_s(now):.0f}s ago, less than "
+                                   f"--older-than ({older_than_s:g}s)"))
+        else:
+            results.append(clean(summary, dry_run=dry_run))
+    return results
