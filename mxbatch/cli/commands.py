@@ -40,6 +40,7 @@ LAZY_COMMANDS: Dict[str, Tuple[str, str]] = {
     "config": ("site", "config_group"),
     "doctor": ("site", "doctor_command"),
     "completion": ("completion", "completion_command"),
+    "explain": ("explain", "explain_command"),
 }
 
 _BACKEND = backend_option(f"the spec's or profile's backend, else {DEFAULT_BACKEND}")

@@ -1,9 +1,9 @@
 """The reference pages of the documentation site, generated from the code.
 
-- ``spec_reference()``: every job-spec key, from the ``schema`` dataclasses (their
-  ``spec_field`` metadata) and, for ``backends.<name>``, from each backend's options
-  dataclass through the registry (``typed.describe_fields``); then the config file's
-  own keys (``config``).
+- ``spec_reference()``: every job-spec key (``keydocs.key_docs``: the ``schema``
+  dataclasses' ``spec_field`` metadata and, for ``backends.<name>``, each backend's
+  options dataclass through the registry), as ``mxbatch explain`` shows them; then the
+  config file's own keys (``config``).
 - ``cli_reference()``: every command and option, from the click commands themselves.
 
 ``generated_pages()`` maps the site paths to their text; the mkdocs hook
@@ -12,45 +12,20 @@
 
 from __future__ import annotations
 
-import collections.abc
-import dataclasses
 import inspect
-import typing
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Tuple
 
 import click
 
-from ..spec import schema
-from ..spec.typed import describe_fields, to_data, type_name
-from .effective import yaml_text
-from .params import backend_list
+from .keydocs import ROLE, key_docs
 
-#: placeholder of a role name in key paths (``roles.<role>.count``)
-ROLE = "<role>"
+__all__ = ["ROLE", "cli_reference", "generated_pages", "spec_reference", "spec_rows"]
 
 Row = Tuple[str, str, str, str]  # key path, type, default, meaning
 
 
-def _cell(text: Any) -> str:
+def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _default_text(field: dataclasses.Field) -> str:
-    text = field.metadata.get(schema.DEFAULT)
-    if text is not None:
-        return text
-    if field.default is not dataclasses.MISSING:
-        value = field.default
-    elif field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        value = field.default_factory()  # type: ignore[misc]
-    else:
-        return ""
-    return yaml_text(to_data(value))
-
-
-def _help(field: dataclasses.Field) -> str:
-    """A spec key's help, the registry's backends filled in (``schema.BACKENDS``)."""
-    return str(field.metadata[schema.HELP]).replace(schema.BACKENDS, backend_list())
 
 
 def project_description() -> str:
@@ -63,66 +38,9 @@ def project_description() -> str:
             f"{', '.join(names[:-1])} and {names[-1]} backends")
 
 
-def spec_keys(cls: type, prefix: str) -> Iterator[Tuple[str, dataclasses.Field, Any]]:
-    """``(dotted key, field, type)`` of every spec key of dataclass ``cls``."""
-    hints = typing.get_type_hints(cls)
-    for field in dataclasses.fields(cls):
-        if schema.HELP not in field.metadata:
-            continue  # not set by a spec key
-        key = field.metadata.get(schema.KEY) or field.name
-        yield (f"{prefix}{key}", field, hints[field.name])
-
-
-def _dataclass_of(tp: Any) -> Optional[type]:
-    """The dataclass inside ``tp`` (``Optional[X]``, ``Mapping[Role, X]``), if any."""
-    for candidate in (tp, *typing.get_args(tp)):
-        if isinstance(candidate, type) and dataclasses.is_dataclass(candidate):
-            return candidate
-    return None
-
-
-def _rows(cls: type, prefix: str) -> List[Row]:
-    rows: List[Row] = []
-    for key, field, tp in spec_keys(cls, prefix):
-        nested = _dataclass_of(tp)
-        shown_type = field.metadata.get(schema.TYPE) or (
-            "mapping" if nested is not None else type_name(tp))
-        rows.append((key, shown_type, _default_text(field), _help(field)))
-        args = typing.get_args(tp)
-        if typing.get_origin(tp) in (dict, collections.abc.Mapping) and args \
-                and args[0] is schema.Role and nested is not None:
-            rows += _rows(nested, f"{key}.{ROLE}.")
-        elif nested is not None:
-            rows += _rows(nested, f"{key}.")
-    return rows
-
-
 def spec_rows() -> List[Row]:
-    """Every key of a job spec, in order: top-level keys, the keys roles share at the
-    top level, then each section; ``backends.<name>`` from the registry."""
-    from ..backends import registry
-
-    rows = _rows(schema.JobSpec, "")
-    shared = [(key, field, tp) for key, field, tp in spec_keys(schema.RoleSpec, "")
-              if field.metadata.get(schema.TOP_LEVEL)]
-    top: List[Row] = []
-    for key, field, tp in shared:
-        nested = _dataclass_of(tp)
-        top.append((key, field.metadata.get(schema.TYPE) or
-                    ("mapping" if nested else type_name(tp)), _default_text(field),
-                    _help(field)))
-        if nested is not None:
-            top += _rows(nested, f"{key}.")
-    rows = rows[:1] + top + rows[1:]
-    for name in registry.names():
-        try:
-            fields = describe_fields(registry.backend_class(name).options_class)
-        except click.ClickException:  # a plugin that cannot be imported here
-            continue
-        for doc in fields:
-            rows.append((f"backends.{name}.{doc.name}", doc.type, yaml_text(doc.default),
-                         doc.help))
-    return rows
+    """Every key of a job spec as a row of the reference (``keydocs.key_docs``)."""
+    return [doc.row() for doc in key_docs()]
 
 
 def _table(rows: List[Row]) -> str:
@@ -145,12 +63,13 @@ def spec_reference() -> str:
                                    "restarts", "backends") else "top level"
         sections.setdefault(section, []).append(row)
     parts = ["# Job spec reference\n",
-             "Generated from the code (`mxbatch/schema.py` and each backend's options "
-             "dataclass) when the site is built. A spec is YAML; a key that is not listed "
-             "here is an error naming the file, the line and the key (with a \"did you "
-             "mean\"). `<role>` is `scheduler`, `server` or `worker`. Types: a *duration* "
-             "is seconds or `30s`, `10m`, `1h30m`; a *size* is `512M`, `2G`, `1.5GiB` (a "
-             "number: MiB).\n"]
+             "Generated from the code (`mxbatch/spec/schema.py` and each backend's options "
+             "dataclass) when the site is built; `mxbatch explain KEY` shows the same for "
+             "one key, with its allowed values, the backends that use it and an example. A "
+             "spec is YAML; a key that is not listed here is an error naming the file, the "
+             "line and the key (with a \"did you mean\"). `<role>` is `scheduler`, `server` "
+             "or `worker`. Types: a *duration* is seconds or `30s`, `10m`, `1h30m`; a *size* "
+             "is `512M`, `2G`, `1.5GiB` (a number: MiB).\n"]
     for section, section_rows in sections.items():
         parts.append(f"## {section}\n")
         parts.append(_table(section_rows))
