@@ -70,7 +70,8 @@ def check_size(spec: JobSpec, backend: str, ceiling: int,
                + (f"max_tasks ({limit})" if spec.max_tasks is not None
                   else f"the {backend} backend's ceiling of {limit} tasks"))
     hint = (f"to allow it, set max_tasks: {total} in the job spec or the site config's "
-            f"defaults, or give launch --max-tasks {total}")
+            "defaults" + ("" if spec.source is not None  # a file: submit, render, doctor
+                          else f", or give launch --max-tasks {total}"))
     flag = (count_flags or {}).get(role)
     if flag is not None:
         raise SpecError(problem, key=flag, hint=hint)
