@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 
 from mxbatch.jobs.cause import excerpt
-from mxbatch.jobs.scripts import script_of
+from mxbatch.jobs.scripts import missing_scripts, script_of
+from mxbatch.runtime.roles import Role
+from mxbatch.spec import parse as specs
 
 from .conftest import assert_no_processes, task_record, wait_for
 from .test_local import fake_spec
@@ -39,6 +41,14 @@ def test_script_of_a_command():
     assert script_of(["/venv/bin/python3.11", "sub/t.py"]) == "sub/t.py"
     assert script_of(["python", "-m", "mod", "x.py"]) is None
     assert script_of(["bash", "run.py"]) is None
+
+
+def test_in_a_container_only_a_script_of_the_workdir_is_checked(tmp_path):
+    spec = specs.parse("command: python3 /app/train.py\n"  # the image's: not checked
+                       "roles: {worker: {command: python3 sub/gone.py}}\n"
+                       "container: {image: example/image}\n", tmp_path / "job.yaml")
+    assert [(m.script, m.roles) for m in missing_scripts(spec)] == [
+        ("sub/gone.py", [Role.WORKER])]
 
 
 def test_a_missing_script_is_bad_input_naming_the_command_and_nothing_is_submitted(

@@ -74,6 +74,17 @@ class TaskStatus:
     code_finished_at: Optional[float] = None
     #: how long the role still ran after its code finished before mxbatch ended it
     exit_hang_s: Optional[float] = None
+    #: what its supervisor last measured of the running role (``TaskRecord``): when it
+    #: last showed progress (CPU or output) and wrote output, its CPU seconds and recent
+    #: CPU use (percent of a core), where its idle main thread is (``stacks.MainStack``),
+    #: a worker's counted kvstore pushes and batches
+    progress_at: Optional[float] = None
+    output_at: Optional[float] = None
+    cpu_s: Optional[float] = None
+    cpu_pct: Optional[float] = None
+    stack: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    pushes: Optional[int] = None
+    batches: Optional[int] = None
 
     @classmethod
     def of_record(cls, record: TaskRecord, **status: Any) -> "TaskStatus":

@@ -6,6 +6,7 @@ from typing import List, Optional
 
 from ..backends.status import JobStatus, TaskStatus
 from ..runtime.roles import Role
+from .activity import activity
 
 
 def rate(value: Optional[float]) -> str:
@@ -47,7 +48,7 @@ def task_table(status: JobStatus) -> str:
         if with_rate:
             slow = " (straggler)" if task.label in status.stragglers else ""
             row.append(rate(task.samples_per_sec) + slow)
-        rows.append(row + [task.note])
+        rows.append(row + ["; ".join(part for part in (task.note, activity(task)) if part)])
     widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
     return "".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1]))
                    + "  " + row[-1] + "\n" for row in rows)

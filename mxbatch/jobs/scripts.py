@@ -13,6 +13,7 @@ that exists only on the nodes), ``doctor SPEC`` warns.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
@@ -71,7 +72,8 @@ class MissingScript:
 
 def missing_scripts(spec: JobSpec) -> List[MissingScript]:
     """Each script the roles' commands run that is not a file, relative paths taken in
-    the spec's workdir."""
+    the spec's workdir. In a container (``spec.container``) only a script in the workdir
+    (mounted at its own path) is checked: one elsewhere may be the image's."""
     found: dict = {}
     for role in Role:
         script = script_of(spec.role(role).command)
@@ -80,8 +82,16 @@ def missing_scripts(spec: JobSpec) -> List[MissingScript]:
         path = spec.workdir / Path(script).expanduser()
         if path.is_file():
             continue
+        if spec.container is not None and not _inside(path, spec.workdir):
+            continue
         found.setdefault((script, path), []).append(role)
     return [MissingScript(script, path, roles) for (script, path), roles in found.items()]
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is ``folder`` or under it, as written (no link resolved)."""
+    path, folder = Path(os.path.normpath(path)), Path(os.path.normpath(folder))
+    return path == folder or folder in path.parents
 
 
 def command_key(spec: JobSpec, role: Role) -> Tuple[str, ...]:

@@ -34,6 +34,15 @@ holds a member before ps-lite until its scheduler listens.
   on.
   ``mxbatch_wait_for_scheduler()`` is the same wait for any program of the role to
   call.
+- **Stacks** (``stacks``): the reporting process registers ``faulthandler`` on a spare
+  signal (``STACK_SIGNAL_OFFSET``) with fd 2 and says so in ``started`` (the signal's
+  number, the main thread's ident): on that signal every thread's stack is written on
+  the role's stderr, even while the main thread sleeps or blocks in MXNet. The
+  supervisor sends it only to that process, and only while ``/proc`` shows it handles it.
+- **Pushes**: a worker's dist kvstore counts its ``push`` and ``pushpull`` calls (by key;
+  the most pushes of one key are its batches) and reports them (``kvstore``) once they
+  pause, from a thread that sleeps in a wait while no push comes, and with
+  ``finished``: what each worker pushed is then measured, not guessed.
 
 - **The lean scheduler** (``leanscheduler``): a scheduler's role whose plan says
   ``lean`` (``wire.SCHEDULER_START``) and whose script only imports, defines and binds
@@ -54,6 +63,13 @@ import os
 from . import gate, notes, wire
 from .files import atomic_write
 from .leanscheduler import SchedulerStart
+
+#: the hook's stack signal is SIGRTMIN + this (SIGUSR2 where there is no SIGRTMIN): a
+#: signal nobody else uses (SIGUSR1 is the default checkpoint signal); it is reported in
+#: ``started``, so the supervisor needs no copy of the choice
+STACK_SIGNAL_OFFSET = 4
+#: a worker's push counts are reported once its pushes pause this long (at least)
+PUSHES_QUIET_S = 2.0
 
 _TEMPLATE = r'''
 """mxbatch: exit at once on an uncaught exception (MXNet would hang); report this role's
@@ -183,7 +199,8 @@ def _mxbatch_report_start():
     _mxbatch_say(%(started)r, {"pid": _mxbatch_owner,
                                "python": "%%d.%%d.%%d" %% tuple(sys.version_info[:3]),
                                "python_path": sys.executable or "", "mxnet": version,
-                               "mxnet_path": package})
+                               "mxnet_path": package, "stack_signal": _mxbatch_stacks(),
+                               "thread": _mxbatch_thread()})
     try:
         import threading
         original = threading._shutdown
@@ -195,9 +212,115 @@ def _mxbatch_report_start():
             original()
         finally:
             if os.getpid() == _mxbatch_owner:
-                _mxbatch_say(%(finished)r, {"pid": _mxbatch_owner})
+                _mxbatch_say(%(finished)r, dict(_mxbatch_counted(), pid=_mxbatch_owner))
 
     threading._shutdown = _mxbatch_shutdown
+
+
+def _mxbatch_thread():
+    """The ident of this (the main) thread, as faulthandler's dump names it."""
+    try:
+        import _thread
+        return _thread.get_ident()
+    except Exception:
+        return None
+
+
+def _mxbatch_stacks():
+    """Have faulthandler dump every thread's stack on fd 2 on a spare signal (SIGRTMIN +
+    %(stack_offset)d, else SIGUSR2, when nothing handles it yet); the signal's number, or
+    None when not registered (the supervisor then never sends it: it would end us)."""
+    try:
+        import _signal
+        import faulthandler
+        rtmin = getattr(_signal, "SIGRTMIN", None)
+        signum = rtmin + %(stack_offset)d if rtmin is not None else _signal.SIGUSR2
+        if _signal.getsignal(signum) not in (_signal.SIG_DFL, None):
+            return None
+        faulthandler.register(signum, file=2, all_threads=True, chain=False)
+        return signum
+    except Exception:
+        return None
+
+
+# a worker's pushes through its dist kvstore: by key, in all, and the pace of its rounds
+_mxbatch_pushes = {}
+_mxbatch_push_state = {"calls": 0, "first": None, "last": None, "gap": 0.0}
+
+
+def _mxbatch_counted():
+    """The pushes counted so far (none: {}): ``pushes``, calls of push and pushpull;
+    ``batches``, the most pushes of one key (one a batch, for a trainer that pushes
+    each parameter once a batch)."""
+    calls = _mxbatch_push_state["calls"]
+    if not calls:
+        return {}
+    return {"pushes": calls, "batches": max(_mxbatch_pushes.values() or [0])}
+
+
+def _mxbatch_counting(method, event):
+    """``method`` (a kvstore's push or pushpull) that counts its calls first."""
+    import time
+
+    def count_then_call(key, *args, **kwargs):
+        try:
+            state = _mxbatch_push_state
+            keys = key if isinstance(key, (list, tuple)) else (key,)
+            for each in keys:
+                each = each if isinstance(each, (int, str)) else str(each)
+                _mxbatch_pushes[each] = _mxbatch_pushes.get(each, 0) + 1
+            state["calls"] += 1
+            if keys and state["first"] is None:
+                state["first"] = keys[0]
+            if keys and keys[0] == state["first"]:
+                now = time.monotonic()
+                if state["last"] is not None:
+                    state["gap"] = now - state["last"]
+                state["last"] = now
+            event.set()
+        except Exception:
+            pass
+        return method(key, *args, **kwargs)
+
+    for attribute in ("__name__", "__qualname__", "__doc__"):
+        setattr(count_then_call, attribute, getattr(method, attribute, None))
+    return count_then_call
+
+
+def _mxbatch_report_pushes(event):
+    """Report the counts once the pushes pause (no push for %(quiet)r s, or five times
+    the last round's time, at most a minute): the supervisor knows what a blocked
+    worker pushed, and a busy one writes no line; idle between pushes, the thread uses
+    no CPU."""
+    import time
+    reported = None
+    while True:
+        event.wait()
+        while True:
+            event.clear()
+            seen = _mxbatch_push_state["calls"]
+            time.sleep(min(60.0, max(%(quiet)r, 5 * _mxbatch_push_state["gap"])))
+            if _mxbatch_push_state["calls"] == seen:
+                break
+        counts = _mxbatch_counted()
+        if counts and counts != reported and os.getpid() == _mxbatch_owner:
+            reported = counts
+            _mxbatch_say(%(kvstore)r, dict(counts, pid=_mxbatch_owner))
+
+
+def _mxbatch_count_pushes(store):
+    """Count the pushes of a worker's dist kvstore ``store`` (its push and pushpull)."""
+    try:
+        import threading
+        event = threading.Event()
+        for name in ("push", "pushpull"):
+            method = getattr(store, name, None)
+            if callable(method):
+                setattr(store, name, _mxbatch_counting(method, event))
+        threading.Thread(target=_mxbatch_report_pushes, args=(event,), daemon=True,
+                         name="mxbatch-pushes").start()
+    except Exception:
+        pass
 
 
 def mxbatch_wait_for_scheduler():
@@ -240,6 +363,7 @@ def _mxbatch_gated(create):
             except Exception:
                 rank = None
             _mxbatch_say(%(connected)r, {"pid": _mxbatch_owner, "rank": rank})
+            _mxbatch_count_pushes(store)
         return store
     for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
         setattr(create_after_the_gate, attribute, getattr(create, attribute, None))
@@ -404,7 +528,9 @@ SITECUSTOMIZE = _TEMPLATE % {"role": wire.ROLE, "rank": wire.RANK, "owner": wire
                              "connected": wire.HookEvent.CONNECTED.value, "gate": wire.GATE,
                              "held": gate.HELD_MODULES, "dmlc_role": wire.DMLC_ROLE,
                              "scheduler_start": wire.SCHEDULER_START,
-                             "lean": SchedulerStart.LEAN.value}
+                             "lean": SchedulerStart.LEAN.value,
+                             "kvstore": wire.HookEvent.KVSTORE.value,
+                             "stack_offset": STACK_SIGNAL_OFFSET, "quiet": PUSHES_QUIET_S}
 
 
 def install(directory: str) -> str:

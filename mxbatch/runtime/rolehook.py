@@ -86,6 +86,13 @@ class HookReport:
     pid: int
     environment: Optional[RoleEnvironment] = None
     rank: Optional[int] = None
+    #: STARTED: the signal that makes the role dump its stacks (``stacks``), and the
+    #: main thread's ident; None: no dump can be asked for
+    stack_signal: Optional[int] = None
+    thread: Optional[int] = None
+    #: KVSTORE, FINISHED: the worker's pushes so far (``wire.HookEvent.KVSTORE``)
+    pushes: Optional[int] = None
+    batches: Optional[int] = None
 
 
 def parse_line(line: bytes) -> Optional[HookReport]:
@@ -104,9 +111,16 @@ def parse_line(line: bytes) -> Optional[HookReport]:
     if not sep or not isinstance(data, dict):
         return None
     environment = RoleEnvironment.parse(data) if event is HookEvent.STARTED else None
-    rank = data.get("rank")
     return HookReport(event=event, pid=pid, environment=environment,
-                      rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None)
+                      rank=_int(data, "rank"), stack_signal=_int(data, "stack_signal"),
+                      thread=_int(data, "thread"), pushes=_int(data, "pushes"),
+                      batches=_int(data, "batches"))
+
+
+def _int(data: Dict[str, Any], key: str) -> Optional[int]:
+    """``data[key]`` when it is an integer (not a bool), else None."""
+    value = data.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class HookReader:

@@ -181,6 +181,21 @@ class TaskRecord:
     # listening record and began to start the role (a local job's members: the same
     # turn, the same time, as the scheduler's ``reached_at``)
     joined_at: Optional[float] = None
+    # what its supervisor measured of the running role: when it last showed progress
+    # (used CPU or wrote output of its own: ``idle_s`` counts from then), when it last
+    # wrote output, the CPU seconds its processes have used and their CPU use over the
+    # last few seconds (percent of one core)
+    progress_at: Optional[float] = None
+    output_at: Optional[float] = None
+    cpu_s: Optional[float] = None
+    cpu_pct: Optional[float] = None
+    # where the role's main thread is, as its stack dump in this idle spell showed it
+    # (``stacks.MainStack``; empty: the role is busy, or it could not be asked)
+    stack: Dict[str, Any] = field(default_factory=dict)
+    # a worker's pushes through its dist kvstore, as its hook counted them: calls of
+    # push and pushpull, and the most pushes of one key (its batches)
+    pushes: Optional[int] = None
+    batches: Optional[int] = None
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)

@@ -86,6 +86,7 @@ from .rendezvous import Backoff, Rendezvous
 from .rolehook import HookReader, HookReport, RoleEnvironment, mismatch_reason
 from .roles import Role
 from .spawn import spawn_role
+from .stackwatch import StackWatch, dump_after
 from .states import (
     AbortKind,
     AbortRecord,
@@ -121,6 +122,9 @@ LISTEN_CHECK_FAST_S = 0.003
 LISTEN_FAST_FOR_S = 2.0
 #: how long the scheduler's runner waits for a SIGKILLed attempt's role at most
 RESTART_WAIT_S = 5.0
+#: a running role's CPU use (``TaskRecord.cpu_pct``) is measured over this long at least
+CPU_WINDOW_S = 5.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 #: past a limit that a check compares with ``>`` (``next_due``)
 _PAST_S = 0.001
 
@@ -250,6 +254,10 @@ class TaskRunner:
         self._hook = HookReader()
         self._finished: Optional[Tuple[int, float]] = None
         self._mismatch: Optional[str] = None
+        # where the idle role is (its stack dumps), and its CPU use over a window: the
+        # (monotonic time, CPU ticks) the window started at
+        self._stacks = self._stack_watch()
+        self._cpu_window: Optional[Tuple[float, int]] = None
 
     @property
     def label(self) -> str:
@@ -386,7 +394,11 @@ class TaskRunner:
         """The role wrote ``data`` (the agent read it from the pipe). Metrics it printed
         go into the record, which the next heartbeat writes (no extra file operations)."""
         self.write_log(data)
-        self._progress_at = mono
+        if self._stacks.feed(data, mono, time.time()):  # not a stack dump, nor the hook's
+            self._progress_at = mono
+            self.record.output_at = time.time()
+            self._stacks.busy()
+        self._take_stack()
         if self._metrics.feed(data, time.time()):
             self.record.metrics = dict(self._metrics.latest)
             self.record.metrics_at = self._metrics.changed_at
@@ -401,6 +413,14 @@ class TaskRunner:
                 self._listen_fast_until = mono + LISTEN_FAST_FOR_S
                 self._next_listen_check = mono
             return
+        if report.event is wire.HookEvent.KVSTORE or (
+                report.event is wire.HookEvent.FINISHED and report.pushes is not None):
+            self.record.pushes, self.record.batches = report.pushes, report.batches
+            self.dirty = True
+            if report.event is wire.HookEvent.KVSTORE:
+                return
+        if report.event is wire.HookEvent.STARTED:
+            self._stacks.on_started(report)
         if report.event is wire.HookEvent.CONNECTED:
             # the role's own word: its kvstore passed ps-lite's barrier over every node
             if self.record.reached_at is None:
@@ -546,6 +566,8 @@ class TaskRunner:
         self.record.pid = self.proc.pid
         self.record.exec_at, self.record.exec_cpu_s = time.time(), _own_cpu_s()
         self._cpu_ticks, self._progress_at, self._stopped_since = None, mono, None
+        self._stacks, self._cpu_window = self._stack_watch(), None
+        self._take_stack()
         self.phase = Phase.RUNNING
         self._set(TaskState.RUNNING)
 
@@ -1036,9 +1058,13 @@ class TaskRunner:
         if self.held:  # waiting at the gate is no stall
             self._progress_at = mono
         if stat is not None and stat.cpu_ticks != self._cpu_ticks:
-            if self._cpu_ticks is not None:
+            if self._cpu_ticks is not None and \
+                    self._stacks.cpu_is_progress(stat.cpu_ticks - self._cpu_ticks):
                 self._progress_at = mono
+                self._stacks.busy()
             self._cpu_ticks = stat.cpu_ticks
+        if stat is not None:
+            self._measure_cpu(stat.cpu_ticks, mono)
         if stat is not None and stat.leader_stopped:
             self._stopped_since = self._stopped_since or mono
         else:
@@ -1047,6 +1073,37 @@ class TaskRunner:
         self.record.idle_s = round(mono - (self._progress_at or mono), 1)
         self.record.stopped_s = round(mono - self._stopped_since, 1) \
             if self._stopped_since is not None else 0.0
+        self.record.progress_at = round(time.time() - self.record.idle_s, 1)
+        if self.task.role is not Role.SCHEDULER and self.proc is not None \
+                and self._stopped_since is None:
+            self._stacks.look(self.record.idle_s, self.proc.pid, mono)
+        self._take_stack()
+
+    def _stack_watch(self) -> StackWatch:
+        """A new role process's ``StackWatch`` (a container daemon's roles live in
+        another pid namespace: they are never asked)."""
+        return StackWatch(dump_after(self.plan.stall_timeout_s, self.plan.exit_timeout_s),
+                          self.say, self.container is None or not self.container.daemon)
+
+    def _take_stack(self) -> None:
+        """Keep the latest stack of the idle role (or none, once it is busy) in the record."""
+        if self._stacks.changed:
+            self._stacks.changed = False
+            stack = self._stacks.stack
+            self.record.stack = stack.to_dict() if stack is not None else {}
+            self.dirty = True
+
+    def _measure_cpu(self, ticks: int, mono: float) -> None:
+        """The role's CPU seconds, and its CPU use over the last ``CPU_WINDOW_S`` or more."""
+        self.record.cpu_s = round(ticks / _CLOCK_TICKS, 2)
+        if self._cpu_window is None:
+            self._cpu_window = (mono, ticks)
+            return
+        since, before = self._cpu_window
+        if mono - since >= CPU_WINDOW_S:
+            self.record.cpu_pct = round(100.0 * (ticks - before) / _CLOCK_TICKS
+                                        / (mono - since), 1)
+            self._cpu_window = (mono, ticks)
 
     def _look_for_scheduler(self, stat: Optional[GroupStat],
                             connections: listeners.ConnectionTables) -> None:

@@ -9,10 +9,16 @@ decides, through ``JobWatch``:
   ``heartbeat_timeout`` (its supervisor is gone: killed, or its host is);
 - a dist_sync deadlock: a worker has finished its code (its hook said so, or it
   succeeded) while another, which had reached the scheduler, has used no CPU and
-  written no output for ``exit_timeout``: it waits in a push, pull or barrier for a
-  worker that will never send again (uneven batches per worker, apache/mxnet#7888);
+  written no output for ``exit_timeout``, and whose stack (dumped in that idle spell:
+  ``TaskRecord.stack``) is in MXNet, or not known: it waits in a push, pull or barrier
+  for a worker that will never send again (uneven batches per worker,
+  apache/mxnet#7888). One idle in its own code (a sleep of its own) is no deadlock;
 - stalls: a role stopped (SIGSTOP, a frozen host) for ``stall_timeout``, or a worker
   that has used no CPU and written no output for that long;
+
+each reason says only what was measured (``diagnosis``): where the role is, from its
+stack; that it is stopped; the batches each worker pushed, when two were counted; and
+where the other idle roles are;
 - when every worker's own code has finished (training is over: a worker still running
   ``exit_grace`` later is ended), and when every worker has succeeded (then servers and
   the scheduler end);
@@ -28,6 +34,7 @@ heartbeat *change*), so clock skew between hosts does not matter.
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from . import diagnosis
 from .planfile import RunPlan
 from .rendezvous import TaskKey
 from .roles import Role
@@ -131,12 +138,15 @@ def stalled(record: TaskRecord, timeout_s: float) -> Optional[str]:
     if not record.state.active:
         return None
     if record.stopped_s >= timeout_s:
-        return "its process has been stopped (SIGSTOP or frozen) for %ds" % record.stopped_s
+        return ("its process has been stopped (SIGSTOP or frozen) for %ds, so it cannot "
+                "show its stack" % record.stopped_s)
     if record.role is Role.WORKER and record.idle_s >= timeout_s:
         if record.stopped_s > 0:  # idle since just before it was seen stopped
             return ("its process has been stopped (SIGSTOP or frozen): no CPU and no "
-                    "output for %ds" % record.idle_s)
-        return "it has used no CPU and written no output for %ds" % record.idle_s
+                    "output for %ds, so it cannot show its stack" % record.idle_s)
+        place = diagnosis.where(record)
+        return "it has used no CPU and written no output for %ds%s" % (
+            record.idle_s, " " + place if place else "")
     return None
 
 
@@ -160,14 +170,23 @@ def stall_abort(plan: RunPlan, records: Dict[TaskKey, TaskRecord], by: str
     return AbortRecord(
         kind=AbortKind.FAILED, by=by, role=first.role, rank=first.rank, log=first.log,
         end=EndReason.STALL,
-        reason="%s stalled: %s (stall timeout %gs); idle time of each task: %s%s"
-               % (_label(first), how, timeout, idle, " and %d more" % more if more > 0 else ""),
+        reason="%s stalled: %s (stall timeout %gs); idle time of each task: %s%s%s"
+               % (_label(first), how, timeout, idle, " and %d more" % more if more > 0 else "",
+                  diagnosis.others(records.values(), [first])),
         extra={"stalled": [_label(r) for r, _ in stalls]})
 
 
 def code_finished(record: TaskRecord) -> bool:
     """The role's own code has finished: its hook said so, or it succeeded."""
     return record.code_finished_at is not None or record.state is TaskState.SUCCEEDED
+
+
+def _maybe_in_mxnet(record: TaskRecord) -> bool:
+    """The role may be blocked in MXNet: its stack says so, or is not known. One whose
+    stack shows its own code is busy there (a sleep, a wait of its own): no deadlock of
+    the kvstore's, and only the stall timeout applies."""
+    stack = diagnosis.stack_of(record)
+    return stack is None or stack.in_mxnet
 
 
 def deadlock_abort(plan: RunPlan, records: Dict[TaskKey, TaskRecord], by: str
@@ -182,7 +201,7 @@ def deadlock_abort(plan: RunPlan, records: Dict[TaskKey, TaskRecord], by: str
     finished = [r for r in workers if code_finished(r)]
     blocked = [r for r in workers
                if r.state.active and not code_finished(r) and r.reached_at is not None
-               and r.idle_s >= timeout and not r.stopped_s]
+               and r.idle_s >= timeout and not r.stopped_s and _maybe_in_mxnet(r)]
     if not finished or not blocked:
         return None
     first = max(blocked, key=lambda r: r.idle_s)
@@ -193,9 +212,11 @@ def deadlock_abort(plan: RunPlan, records: Dict[TaskKey, TaskRecord], by: str
     return AbortRecord(
         kind=AbortKind.FAILED, by=by, role=first.role, rank=first.rank, log=first.log,
         end=EndReason.EXIT_HANG,
-        reason="%s finished; %s blocked in a kvstore call for %ds: the workers ran different "
-               "numbers of batches (no CPU and no output; rendezvous.exit_timeout %gs)"
-               % (shown, _label(first), first.idle_s, timeout),
+        reason="%s finished; %s blocked %ds %s (no CPU and no output; "
+               "rendezvous.exit_timeout %gs)%s%s"
+               % (shown, _label(first), first.idle_s,
+                  diagnosis.where(first) or "(its stack is not known)", timeout,
+                  diagnosis.batches(workers), diagnosis.others(records.values(), [first])),
         extra={"finished": names, "blocked": [_label(r) for r in blocked]})
 
 

@@ -100,6 +100,12 @@ class HookEvent(str, enum.Enum):
     #: passed, so it (and every server) has registered with the scheduler: pid, and
     #: the rank the scheduler gave it
     CONNECTED = "connected"
+    #: a worker's pushes through its dist kvstore, once they pause (and with FINISHED):
+    #: pid, ``pushes`` (calls of push and pushpull), ``batches`` (the most pushes of one
+    #: key); STARTED carries ``stack_signal`` (the signal on which faulthandler dumps
+    #: every thread's stack on the role's stderr; absent: never send it, it would end
+    #: the role) and ``thread`` (the main thread's ident, as the dump names it)
+    KVSTORE = "kvstore"
 
 
 # ------------------------------------------------------------- the ssh channel's messages
