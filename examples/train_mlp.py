@@ -3,7 +3,7 @@
 The same file runs for every role: for the scheduler and servers, ``import mxnet``
 itself runs the role's loop and exits when the job ends; only workers train.
 
-    python3 train_mlp.py [--kvstore dist_sync] [--epochs 5] [--speedometer 20]
+    python3 train_mlp.py [--kvstore dist_sync] [--epochs 5] [--lr 0.1] [--speedometer 20]
 
 Every ``--speedometer`` batches a worker logs MXNet's Speedometer line
 (``Speed: N samples/sec``), which mxbatch reads as the worker's throughput.
@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--kvstore", default="dist_sync")
     parser.add_argument("--epochs", type=int, default=int(os.environ.get("EPOCHS", 5)))
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=0.1, help="SGD's learning rate")
     parser.add_argument("--speedometer", type=int, default=20,
                         help="log the training speed every N batches (0: never)")
     args = parser.parse_args()
@@ -60,7 +61,7 @@ def main() -> None:
     net.initialize(mx.init.Xavier())
     net.hybridize()
     trainer = gluon.Trainer(net.collect_params(), "sgd",
-                            {"learning_rate": 0.1, "momentum": 0.9}, kvstore=kv)
+                            {"learning_rate": args.lr, "momentum": 0.9}, kvstore=kv)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
     crash_rank = os.environ.get("CRASH_RANK")

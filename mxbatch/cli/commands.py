@@ -206,15 +206,13 @@ def submit(spec_file: Path, backend: Optional[str], workers: Optional[int],
 
 def _spec_with_flags(spec_file: Path, profile: Optional[str], name: Optional[str],
                      env: Tuple[str, ...], extra_args: Tuple[str, ...]) -> specs.JobSpec:
-    """The spec of ``submit``/``render`` with ``--name``, ``--env`` and ``-- ARGS``."""
-    from ..backends.registry import load_site_config
-    from ..spec import config as siteconfig
-    from ..spec import parse as specs
+    """The spec of ``submit``/``render`` with ``--name``, ``--env`` and ``-- ARGS``
+    (``mxbatch.api.load_spec``, as ``mxbatch.submit`` reads it)."""
+    from ..api.submitting import load_spec
     from ..spec.envflags import common_env
 
-    spec = siteconfig.load_job(spec_file, profile=profile, site=load_site_config())
-    return specs.with_overrides(spec, name=name, env=common_env(env, os.environ),
-                                extra_args=extra_args)
+    return load_spec(spec_file, name=name, env=common_env(env, os.environ),
+                     args=extra_args, profile=profile)
 
 
 @main.command(cls=launchcli.LaunchCommand, context_settings=launchcli.CONTEXT)
@@ -293,9 +291,11 @@ def _record_data(record: records.JobRecord) -> dict:
 
 def _status_document(record: records.JobRecord, status: JobStatus,
                      cause: Optional[Cause]) -> dict:
-    """The JSON document of a job's status (``status``, ``wait``, attached commands)."""
-    return jsonout.document(dict(_record_data(record), **status.to_dict(),
-                                 cause=cause.to_dict() if cause else None))
+    """The JSON document of a job's status (``status``, ``wait``, attached commands):
+    ``mxbatch.api.JobStatus.to_dict``."""
+    from ..api.job import JobStatus as Described
+
+    return jsonout.document(Described(record, status, cause).to_dict())
 
 
 def _print_final(backend, record: records.JobRecord, status: JobStatus,
@@ -525,17 +525,13 @@ def _render(spec: specs.JobSpec, backend: str, output_format: str, workers: Opti
 @_JSON
 def status(job_id: str, as_json: bool) -> None:
     """Show the state of every task of JOB_ID."""
-    from ..backends import records
-    from ..jobs import submit as jobs
-    from ..jobs.cause import failure_cause
+    from ..api.job import Job
     from .tables import task_table, throughput_text
 
-    record = records.load(job_id)
-    backend = jobs.backend_for_record(record)
-    result = backend.status(record)
-    cause = failure_cause(backend, record, result)
+    described = Job(job_id).status()
+    result, cause = described.detail, described.cause
     if as_json:
-        click.echo(jsonout.dumps(_status_document(record, result, cause)))
+        click.echo(jsonout.dumps(jsonout.document(described.to_dict())))
         return
     click.echo(f"job {result.job_id}  backend {result.backend}  state {result.state.value}")
     if result.reason:

@@ -256,32 +256,61 @@ def _reject_site_only(data: Any, locations: Locations) -> None:
                                   "defaults or a profile of the config file")
 
 
+#: the label of the caller's overrides (``mxbatch.submit(..., overrides=...)``)
+OVERRIDES = "overrides"
+
+
 def load_job(spec_file: Path, *, profile: Optional[str] = None,
-             site: Optional[SiteConfig] = None) -> JobSpec:
-    """The job spec at ``spec_file`` over the site's defaults and profile (validated)."""
+             site: Optional[SiteConfig] = None,
+             overrides: Optional[Dict[str, Any]] = None) -> JobSpec:
+    """The job spec at ``spec_file`` over the site's defaults and profile (validated);
+    ``overrides``: spec keys (nested mappings) over the file's."""
     spec_file = Path(spec_file)
     text = inputfile.read_text(spec_file, "the job spec") or ""
-    data, locations = load_located(text, spec_file)
+    return job_from_text(text, spec_file, base_dir=spec_file.resolve().parent,
+                         default_name=spec_file.stem, source=spec_file, profile=profile,
+                         site=site, overrides=overrides)
+
+
+def job_from_text(text: str, origin: Path, *, base_dir: Path, default_name: str,
+                  source: Optional[Path] = None, profile: Optional[str] = None,
+                  site: Optional[SiteConfig] = None,
+                  overrides: Optional[Dict[str, Any]] = None) -> JobSpec:
+    """A job spec's YAML ``text`` over the site's layers, ``overrides`` over it. Errors
+    name ``origin`` (the file, or ``<string>``) and the line; ``source``: the spec file
+    (None for text that no file holds); relative paths resolve against ``base_dir``."""
+    data, locations = load_located(text, origin)
     _reject_site_only(data, locations)
     layers = (site or load_config()).layers(profile)
-    if not layers or not isinstance(data, dict):  # a non-mapping spec fails in specs
-        return specs.from_mapping(data, base_dir=spec_file.resolve().parent,
-                                  default_name=spec_file.stem, locations=locations,
-                                  source=spec_file)
-    merged, merged_locations = merge(layers + [Layer(str(spec_file), data, locations)],
+    upper = _overrides_layer(overrides)
+    if not (layers or upper) or not isinstance(data, dict):  # a non-mapping: fails in specs
+        return specs.from_mapping(data, base_dir=base_dir, default_name=default_name,
+                                  locations=locations, source=source)
+    merged, merged_locations = merge(layers + [Layer(str(origin), data, locations)] + upper,
                                      root=locations.origin((), exact=True))
-    return specs.from_mapping(merged, base_dir=spec_file.resolve().parent,
-                              default_name=spec_file.stem, locations=merged_locations,
-                              source=spec_file)
+    return specs.from_mapping(merged, base_dir=base_dir, default_name=default_name,
+                              locations=merged_locations, source=source)
+
+
+def _overrides_layer(overrides: Optional[Dict[str, Any]]) -> List[Layer]:
+    """The caller's overrides as the top layer (none when there are none); a site-only
+    key among them is refused as in a spec."""
+    if not overrides:
+        return []
+    locations = Locations(None)
+    _reject_site_only(overrides, locations)
+    return [Layer(OVERRIDES, dict(overrides), locations)]
 
 
 def job_from_mapping(data: Dict[str, Any], *, base_dir: Path, default_name: str,
                      profile: Optional[str] = None,
-                     site: Optional[SiteConfig] = None) -> JobSpec:
-    """A job built from command-line flags (``launch``) over the site's layers."""
+                     site: Optional[SiteConfig] = None,
+                     overrides: Optional[Dict[str, Any]] = None) -> JobSpec:
+    """A job built from command-line flags (``launch``) or a mapping (the Python API)
+    over the site's layers; ``overrides``: spec keys over ``data``."""
     layers = (site or load_config()).layers(profile)
     flags = Layer("command line", data, Locations(None))
-    merged, locations = merge(layers + [flags])
+    merged, locations = merge(layers + [flags] + _overrides_layer(overrides))
     return specs.from_mapping(merged, base_dir=base_dir, default_name=default_name,
                               locations=locations)
 
