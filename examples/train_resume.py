@@ -31,8 +31,9 @@ Options: ``--epochs``, ``--checkpoint-dir`` (default ``$CHECKPOINT_DIR`` or
 ``./checkpoint``), ``--checkpoint-signal`` (default SIGUSR1). Test hooks
 (environment): ``STEP_SLEEP`` slows every step (seconds); ``PRINT_EVERY`` (default 10):
 a progress line every so many steps; ``FAIL_AT_STEP`` (with ``FAIL_RANK``, default 1):
-that worker raises after that many steps of attempt 0 (a crash during training). The
-first step of each attempt prints its time.
+that worker raises after that many steps of attempt 0 (a crash during training), or,
+with ``FAIL_AT_STEP=0``, before it creates its kvstore (a start-up failure). The first
+step of each attempt prints its time.
 """
 
 import argparse
@@ -116,6 +117,9 @@ def main() -> None:
                   lambda signum, frame: stop_requested.append(signum))
 
     attempt = int(os.environ.get("MXBATCH_ATTEMPT", "0"))
+    if os.environ.get("FAIL_AT_STEP") == "0" and \
+            os.environ.get("MXBATCH_RANK") == os.environ.get("FAIL_RANK", "1"):
+        raise RuntimeError("FAIL_AT_STEP=0: failing before the kvstore exists")
     kv = mx.kv.create(args.kvstore)
     rank, workers = kv.rank, kv.num_workers
     tag = f"[worker rank={rank}]"

@@ -114,3 +114,18 @@ def test_a_worker_that_raises_early_in_training_is_restarted(cli, tmp_path):
     final = assert_every_epoch_once(workdir, 2)
     assert final["resumed"][0] == {"attempt": 1, "steps": BATCHES}
     assert_no_processes(job)
+
+
+def test_a_worker_that_fails_before_its_kvstore_is_not_restarted(cli, tmp_path):
+    """The other side of the same fact: a worker that raises before it creates its
+    kvstore never reached the scheduler (its hook said no ``connected``, no connection
+    was seen): a start-up failure, which every attempt would repeat, is not restarted."""
+    workdir = tmp_path / "early"
+    spec = copy_resume_example(workdir)
+    job = cli.submit(spec, env={"EPOCHS": "1", "FAIL_AT_STEP": "0", "FAIL_RANK": "1"})
+    result = cli.run("wait", job, "--timeout", "300", timeout=320)
+    assert result.returncode == 1, result.stderr
+    assert "failed before it reached the scheduler" in result.stderr, result.stderr
+    status = cli.status(job)
+    assert status["state"] == "FAILED" and len(status["attempts"]) == 1, status
+    assert_no_processes(job)
