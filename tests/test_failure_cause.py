@@ -80,6 +80,11 @@ def test_a_missing_script_is_bad_input_naming_the_command_and_nothing_is_submitt
                        cwd=tmp_path)
     assert detached.returncode == 0, detached.stderr
     assert cli.run("wait", detached.stdout.split()[0]).returncode == 1
+    # the spec's (or a profile's) check_script: false is --no-check, and launch's yaml says it
+    spec.write_text("command: python3 gone.py\ncheck_script: false\n")
+    assert cli.run("submit", "--wait", "-q", str(spec)).returncode == 1
+    rendered = cli.run("launch", "--no-check", "--render", "yaml", "python3", "gone.py")
+    assert "\ncheck_script: false\n" in rendered.stdout
 
 
 def test_a_missing_script_submitted_with_no_check_is_quoted_in_the_summaries(cli, tmp_path):

@@ -301,6 +301,8 @@ def job_data(args: LaunchArgs, environ: Dict[str, str], cwd: Path) -> Dict[str, 
         data["container"] = container_data(args.container, args.mounts)
     if args.max_tasks is not None:
         data["max_tasks"] = args.max_tasks
+    if args.no_check:
+        data["check_script"] = False  # launch --render yaml keeps it
     if args.max_restarts is not None:
         if args.max_restarts < 0:
             raise SpecError(f"must be at least 0, got {args.max_restarts}",

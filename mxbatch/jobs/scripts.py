@@ -64,8 +64,8 @@ class MissingScript:
             near = sorted(p.name for p in self.path.parent.glob("*.py") if p.is_file())
         except OSError:
             near = []
-        otherwise = (f"fix the command or workdir, or give {NO_CHECK_FLAG} if the script "
-                     "exists only on the nodes")
+        otherwise = (f"fix the command or workdir, or give {NO_CHECK_FLAG} (check_script: "
+                     "false) if the script exists only on the nodes")
         close = did_you_mean(self.path.name, near, "")
         return f"{close} Else {otherwise}" if close else otherwise
 

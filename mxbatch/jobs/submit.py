@@ -45,8 +45,9 @@ def prepare(spec: JobSpec, backend_name: str, *, workers: Optional[int] = None,
             check_scripts: bool = True) -> Tuple[Backend, Request]:
     """Validate everything and render the submission; creates nothing.
     ``for_submit``: also check that the backend is usable and the run directory creatable,
-    and (``check_scripts``, ``--no-check`` off) that the roles' training script exists
-    where the backend's roles see this machine's workdir (``jobs.scripts``);
+    and (``check_scripts``: ``--no-check`` not given; and the spec's ``check_script``)
+    that the roles' training script exists where the backend's roles see this machine's
+    workdir (``jobs.scripts``);
     ``count_flags``: the flags that set role counts, for errors (default: ``-n``/``-s``
     for ``workers``/``servers`` when given); ``max_restarts``: ``--max-restarts`` over the
     spec's ``restarts.max``."""
@@ -64,7 +65,7 @@ def prepare(spec: JobSpec, backend_name: str, *, workers: Optional[int] = None,
     backend.check(job_plan)
     containers.check_spec(job_plan)
     rundir.check_trusted(job_plan)  # render too: what it shows must not run from there
-    if for_submit and check_scripts and backend.workdir_is_here():
+    if for_submit and check_scripts and spec.check_script and backend.workdir_is_here():
         scripts.check_scripts(spec)
     if for_submit:
         backend.check_environment()

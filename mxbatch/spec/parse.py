@@ -51,7 +51,7 @@ BACKEND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 #: the top-level keys of a job spec
 SPEC_KEYS = ("name", "backend", "command", "workdir", "env", "inherit_env", "resources",
              "roles", "network", "rendezvous", "container", "backends", "core_dumps",
-             "max_tasks", "restarts")
+             "check_script", "max_tasks", "restarts")
 #: signals a checkpoint signal may be (what a training script can catch)
 CHECKPOINT_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT",
                       "SIGALRM")
@@ -100,6 +100,7 @@ def from_mapping(data: Any, *, base_dir: Path, default_name: str = "job",
     backend_options = root.take("backends", lambda v, p: _backends(v, p, locations, errors),
                                 default={})
     core_dumps = root.take("core_dumps", _bool, default=False)
+    check_script = root.take("check_script", _bool, default=True)
     max_tasks = root.take("max_tasks", _int(1), default=None)
     restarts = root.take("restarts", lambda v, p: _restarts(v, p, locations, errors),
                          default=RestartsSpec())
@@ -110,6 +111,7 @@ def from_mapping(data: Any, *, base_dir: Path, default_name: str = "job",
     return JobSpec(name=name, workdir=workdir, env=env, inherit_env=inherit_env, roles=roles,
                    network=network, rendezvous=rendezvous, backend_options=backend_options,
                    source=source, container=container, core_dumps=core_dumps,
+                   check_script=check_script,
                    max_tasks=max_tasks, locations=locations, backend=backend,
                    restarts=restarts)
 

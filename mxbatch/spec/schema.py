@@ -235,6 +235,10 @@ class JobSpec:
                                                     "(YARN: docker)", default=None)
     core_dumps: bool = spec_field("roles may write core files (else RLIMIT_CORE is 0)",
                                   default=False)
+    check_script: bool = spec_field(
+        "submit and launch refuse a command whose script (python3 X.py) is not in the "
+        "workdir where the roles run; false: the script exists only on the nodes (as "
+        "--no-check)", default=True)
     max_tasks: Optional[int] = spec_field(
         "the most tasks (scheduler, servers, workers) the job may have: a count above "
         "the backend's ceiling is a spec error unless this raises it",
