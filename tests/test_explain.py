@@ -117,3 +117,24 @@ def test_the_reference_page_is_the_same_docs_and_names_its_real_source():
         assert f"| `{doc.key}` |" in page
     hook = (ROOT / "ci" / "mkdocs_hooks.py").read_text()
     assert "generated_pages" in hook
+
+
+def test_the_docs_build_adds_the_generated_spec_page():
+    """ci/mkdocs_hooks.py, as mkdocs runs it: reference/spec.md is a file of the site,
+    the explain docs as a table; docs/python-api.md is in the nav."""
+    pytest.importorskip("mkdocs")
+    import importlib.util
+
+    from mkdocs.config import load_config
+    from mkdocs.structure.files import Files
+
+    spec = importlib.util.spec_from_file_location("mkdocs_hooks", ROOT / "ci" / "mkdocs_hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    config = load_config(str(ROOT / "mkdocs.yml"))
+    config.plugins._current_plugin = "mkdocs_hooks"  # as mkdocs sets it while a hook runs
+    files = hooks.on_files(Files([]), config)
+    page = files.get_file_from_path("reference/spec.md")
+    assert page is not None and "`mxbatch/spec/schema.py`" in page.content_string
+    assert "| `rendezvous.grace` |" in page.content_string
+    assert "python-api.md" in (ROOT / "mkdocs.yml").read_text()
