@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 
+from mxbatch.cli.reference import cli_reference
+
 from .conftest import assert_no_processes
 from .test_local import fake_spec
 
@@ -114,3 +116,12 @@ def test_launch_name_and_render_placeholder(cli, tmp_path):
     job = launched.stdout.split()[0]
     assert re.fullmatch(r"try1-[0-9a-f]{8}", job)
     assert cli.run("wait", "try1").returncode == 0
+
+
+def test_the_help_and_the_cli_reference_say_how_a_job_is_named(cli):
+    page = cli_reference()
+    for command in ("status", "logs", "wait", "cancel", "clean"):
+        helped = cli.run(command, "--help")
+        assert "a unique prefix of it, or 'last' (the newest job)" in helped.stdout, command
+        section = page.split(f"## mxbatch {command}\n", 1)[1].split("\n## ", 1)[0]
+        assert "a unique prefix of it, or 'last' (the newest job)" in section, command

@@ -136,6 +136,8 @@ def cli_reference() -> str:
         parts.append(f"```\n{path} {_usage(path, command)}\n```\n")
         if command.help:
             parts.append(inspect.cleandoc(command.help).replace("\b\n", "") + "\n")
+        if command.epilog:  # what its arguments may be (a job: an id, a prefix, last)
+            parts.append(inspect.cleandoc(command.epilog) + "\n")
         rows = ["| option | meaning | default |", "|---|---|---|"]
         for param in command.params:
             if not isinstance(param, click.Option):
