@@ -81,6 +81,21 @@ def test_a_role_or_a_role_key_at_the_wrong_level_points_to_the_role(cli, tmp_pat
     assert cli.run_dirs() == []
 
 
+def test_a_role_at_the_wrong_level_of_a_profile_points_to_the_role(cli, tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("defaults:\n  worker: {count: 2}\nprofiles:\n  p: {count: 3}\n")
+    spec = tmp_path / "job.yaml"
+    spec.write_text("command: python3 -c pass\n")
+    result = cli.run("render", str(spec), env={"MXBATCH_CONFIG": str(config)})
+    assert result.returncode == 2
+    assert result.stderr == (f"Error: {config}:2: defaults.worker: unknown key (it is not a "
+                             "key here: did you mean 'roles.worker'?)\n")
+    config.write_text("profiles:\n  p: {count: 3}\n")
+    result = cli.run("render", "-p", "p", str(spec), env={"MXBATCH_CONFIG": str(config)})
+    assert result.stderr == (f"Error: {config}:2: profiles.p.count: unknown key (it is not "
+                             "a key here: did you mean 'roles.worker.count'?)\n")
+
+
 def test_the_backend_blocks_report_each_of_their_problems(tmp_path):
     path = tmp_path / "job.yaml"
     path.write_text("command: x\nbackends:\n  sge: {queu: a, submitter: qsb}\n"

@@ -147,8 +147,10 @@ def _reject_unknown(data: Dict[str, Any], key_path: KeyPath, known: Sequence[str
         if key in job_only:
             raise locations.error(key_path + (key,), "a profile cannot set this key",
                                   "it describes one job: set it in the job spec")
-        raise locations.error(key_path + (key,), "unknown key",
-                              did_you_mean(key, known, "valid keys: " + ", ".join(known)))
+        # a profile's (or the defaults') key is a spec's: pointed to where it belongs
+        hint = (specs.unknown_key_hint((), key, known, data[key]) if key_path
+                else did_you_mean(key, known, "valid keys: " + ", ".join(known)))
+        raise locations.error(key_path + (key,), "unknown key", hint)
 
 
 def _layer(value: Any, key_path: KeyPath, label: str, locations: Locations) -> Layer:
