@@ -113,7 +113,7 @@ def test_a_raising_worker_prints_its_traceback_before_the_teardown(cli, tmp_path
     trigger.touch()
     spec = fake_spec(tmp_path, workers=2, extra=(
         f"env: {{FAKE_SLEEP: '60', FAKE_RAISE_RANK: '1', FAKE_RAISE_ON: '{trigger}'}}\n"))
-    result = cli.run("submit", "--wait", str(spec))
+    result = cli.run("submit", "--wait", "--verbose", str(spec))  # the notes streamed too
     assert result.returncode == 1, result.stderr
     job = result.stdout.split()[0]
     lines = result.stdout.splitlines()

@@ -48,8 +48,12 @@ def test_the_roles_own_lines_are_shown_mxbatchs_are_not():
     assert all(is_mxbatch_line(line) for line in hidden if line and "<no" not in line)
     own = ["epoch 0 loss 0.37", "", "  indented output of the role", *TRACEBACK,
            "mxbatch: uncaught RuntimeError: exiting with code 1"]
-    assert [line for line in own if RoleLines().shows(line)] == own
+    role = RoleLines()
+    assert [line for line in own if role.shows(line)] == own
     assert not any(is_mxbatch_line(line) for line in own)
+    crash = ["Fatal Python error: Segmentation fault", "", *DUMP]  # the role's own
+    role = RoleLines()
+    assert [line for line in crash if role.shows(line)] == crash
 
 
 def test_a_time_index_is_read_as_it_grows(tmp_path):

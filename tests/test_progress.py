@@ -156,7 +156,7 @@ def test_progress_line_in_a_real_terminal(cli, tmp_path, tmux):
 def test_logs_scroll_above_the_status_line(cli, tmp_path, tmux):
     spec = fake_spec(tmp_path, workers=1)
     tmux.start(f"{shlex.quote(sys.executable)} -m mxbatch submit --wait {spec}",
-               dict(terminal_env(cli), FAKE_SLEEP="4"))
+               dict(terminal_env(cli), FAKE_SLEEP="4", FAKE_TICK="0.5"))
 
     def log_and_line():
         pane = tmux.pane()

@@ -150,7 +150,7 @@ def test_a_failed_attempt_is_relaunched_and_succeeds(cli, tmp_path):
     text = cli.run("status", job).stdout
     assert "attempt 1 (MXBATCH_ATTEMPT; at most 2 attempts" in text
     assert "failure" in text and "succeeded" in text
-    logs = cli.run("logs", job, "--role", "worker", "--attempt", "0").stdout
+    logs = cli.run("logs", job, "--role", "worker", "--attempt", "0", "--verbose").stdout
     assert "exited with code 3" in logs
     assert_no_processes(job)
 

@@ -20,6 +20,9 @@ _DUMP_HEADER = re.compile(r"^(?:(?:Current thread|Thread) 0x[0-9a-fA-F]+\b.*|Sta
                           r"\(most recent call first\):$")
 #: a frame of a dump (a traceback's frame has ``, in``: ``line 3, in main``)
 _DUMP_FRAME = re.compile(r'^  File ".*", line \d+ in [^ ]+$')
+#: what faulthandler writes before a dump of its own, which is the role's: a fatal error
+#: (a crash, with faulthandler enabled), ``dump_traceback_later``'s time-out
+_OWN_DUMP = ("Fatal Python error: ", "Timeout (")
 
 
 def is_mxbatch_line(text: str) -> bool:
@@ -30,18 +33,26 @@ def is_mxbatch_line(text: str) -> bool:
 
 
 class RoleLines:
-    """Which lines of one task's log, read in order, are the role's own: a stack dump's
-    every line (its headers, frames, the lines without a frame and the blank lines
-    between its threads) is mxbatch's, like notes and hook reports."""
+    """Which lines of one task's log, read in order, are the role's own: a stack dump a
+    supervisor asked for (every line of it: its headers, frames, the lines without a
+    frame and the blank lines between its threads) is mxbatch's, like notes and hook
+    reports; a dump that faulthandler makes of itself (after ``Fatal Python error:``, a
+    crash) is the role's."""
 
     def __init__(self) -> None:
         self._in_dump = False
+        self._dump_shown = False
+        self._last = ""  # the last line that was not blank
 
     def shows(self, text: str) -> bool:
         if _DUMP_HEADER.match(text):
+            if not self._in_dump:
+                self._dump_shown = self._last.startswith(_OWN_DUMP)
             self._in_dump = True
-            return False
+            return self._dump_shown
         if self._in_dump and (not text or text.startswith("  ")):
-            return False
+            return self._dump_shown
         self._in_dump = False
+        if text.strip():
+            self._last = text
         return not notes.is_bookkeeping(text)
