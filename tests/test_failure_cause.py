@@ -51,6 +51,15 @@ def test_in_a_container_only_a_script_of_the_workdir_is_checked(tmp_path):
         ("sub/gone.py", [Role.WORKER])]
 
 
+def test_a_script_path_that_cannot_be_a_file_is_missing_not_a_crash(tmp_path):
+    long_name = "a" * 300 + ".py"  # ENAMETOOLONG
+    spec = specs.parse(f"command: python3 {long_name}\n"
+                       "roles: {worker: {command: python3 ~nosuchuser-mxb/x.py}}\n",
+                       tmp_path / "job.yaml")
+    assert sorted(m.script for m in missing_scripts(spec)) == [long_name,
+                                                              "~nosuchuser-mxb/x.py"]
+
+
 def test_a_missing_script_is_bad_input_naming_the_command_and_nothing_is_submitted(
         cli, tmp_path):
     """Issue 38, 3: it was a warning, then a job whose every role failed."""

@@ -13,6 +13,7 @@ that exists only on the nodes), ``doctor SPEC`` warns.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import re
 from pathlib import Path
@@ -79,13 +80,29 @@ def missing_scripts(spec: JobSpec) -> List[MissingScript]:
         script = script_of(spec.role(role).command)
         if script is None:
             continue
-        path = spec.workdir / Path(script).expanduser()
-        if path.is_file():
+        path = spec.workdir / _expanded(script)
+        if _is_file(path) is not False:  # there, or cannot tell (a folder not readable)
             continue
         if spec.container is not None and not _inside(path, spec.workdir):
             continue
         found.setdefault((script, path), []).append(role)
     return [MissingScript(script, path, roles) for (script, path), roles in found.items()]
+
+
+def _expanded(script: str) -> Path:
+    """``script`` with ``~`` expanded; as written where it names no home directory."""
+    try:
+        return Path(script).expanduser()
+    except RuntimeError:  # ~user of no user
+        return Path(script)
+
+
+def _is_file(path: Path) -> Optional[bool]:
+    """Whether ``path`` is a file; None when that cannot be told (no permission)."""
+    try:
+        return path.is_file()
+    except OSError as exc:
+        return False if exc.errno == errno.ENAMETOOLONG else None
 
 
 def _inside(path: Path, folder: Path) -> bool:
