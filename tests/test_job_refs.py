@@ -8,7 +8,12 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
+from mxbatch.backends import records
+from mxbatch.backends.jobrefs import MAX_CANDIDATES, AmbiguousJob, resolve
 from mxbatch.cli.reference import cli_reference
+from mxbatch.errors import JobNotFound
 
 from .conftest import assert_no_processes
 from .test_local import fake_spec
@@ -125,3 +130,21 @@ def test_the_help_and_the_cli_reference_say_how_a_job_is_named(cli):
         assert "a unique prefix of it, or 'last' (the newest job)" in helped.stdout, command
         section = page.split(f"## mxbatch {command}\n", 1)[1].split("\n## ", 1)[0]
         assert "a unique prefix of it, or 'last' (the newest job)" in section, command
+
+
+def test_many_candidates_are_capped_and_a_broken_record_is_still_a_job(home):
+    for index in range(MAX_CANDIDATES + 2):
+        records.save(records.JobRecord(job_id=f"many-{index:08x}", backend="local",
+                                       run_dir=f"/nonexistent/many-{index:08x}",
+                                       submitted_at=1e300 if index == 0 else index))
+    with pytest.raises(AmbiguousJob) as caught:
+        resolve("many")
+    assert caught.value.message.endswith("\n  and 2 more\ntype more of the id")
+    assert "many-00000000 (submitted at an unknown time)" in caught.value.message
+    assert len(caught.value.candidates) == MAX_CANDIDATES + 2
+    (home / "jobs" / "broken-0000abcd.json").write_text("{not json")
+    assert resolve("broken") == "broken-0000abcd"  # cancel still stops its processes
+    assert resolve("many-0000000b") == "many-0000000b"
+    assert resolve("many-0000000c") == "many-0000000c"  # a whole id: as it is (cancel)
+    with pytest.raises(JobNotFound):
+        resolve("many-00000c")

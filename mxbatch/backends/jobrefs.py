@@ -47,7 +47,11 @@ class Known:
     at: float
 
     def describe(self) -> str:
-        return f"{self.job_id} ({time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.at))})"
+        try:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.at))
+        except (OverflowError, OSError, ValueError):  # a record's time out of range
+            when = "submitted at an unknown time"
+        return f"{self.job_id} ({when})"
 
 
 class AmbiguousJob(BadInput):
