@@ -113,7 +113,7 @@ def test_logs_when_a_log_is_a_directory_is_exit_2(cli, ended_job):
         result = refused(cli, "logs", ended_job, *extra)
         assert str(log) in result.stderr, result.stderr
         assert result.stdout == ""  # said before anything is printed
-    shown = cli.run("logs", ended_job, "--role", "server")  # the other logs still show
+    shown = cli.run("logs", ended_job, "--role", "server", "-v")  # the others still show
     assert shown.returncode == 0 and "server[0]: starting" in shown.stdout
 
 
