@@ -40,7 +40,7 @@ def _launch(cli: Cli, cwd, *flags: str, prints: bytes = PRINTS) -> str:
     assert prints in result.stdout and RAW in result.stdout  # streamed as written
     job = result.stdout.split()[0].decode()
     assert re.fullmatch(r"launch-[0-9a-f]{8}", job), result.stdout[:200]
-    logs = cli.run_bytes("logs", job, "--role", "worker", "--rank", "0")
+    logs = cli.run_bytes("logs", job, "--role", "worker", "--rank", "0", "--verbose")
     assert logs.returncode == 0, logs.stderr
     assert prints in logs.stdout and RAW in logs.stdout, logs.stdout[-2000:]
     # the supervisor's note quotes the command as given (to a container: as it got it)
@@ -61,7 +61,7 @@ def test_containers(home, tmp_path, runtime):
     cli = Cli(home, env)
     job = _launch(cli, tmp_path, "--container", f"{runtime}:{env['MXBATCH_TEST_IMAGE']}",
                   *mounts, prints=REPLACED)
-    log = cli.run_bytes("logs", job, "--role", "worker", "--rank", "0").stdout
+    log = cli.run_bytes("logs", job, "--role", "worker", "--rank", "0", "-v").stdout
     assert (f"not UTF-8, so given to the container with U+FFFD for each byte that is not "
             f"({runtime} takes UTF-8 only): MXB_INHERITED, MXB_SET, argument 4").encode() in log
     assert_no_processes(job)

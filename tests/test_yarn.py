@@ -57,7 +57,7 @@ def test_example_job_trains_in_yarn_containers(yarn, tmp_path):
     logs = yarn.run("logs", job, "--role", "worker", "--rank", "1")
     assert logs.returncode == 0 and "num_workers=2" in logs.stdout
     # the scheduler served from the packed environment's MXNet library (lean)
-    logs = yarn.run("logs", job, "--role", "scheduler")
+    logs = yarn.run("logs", job, "--role", "scheduler", "--verbose")
     assert logs.returncode == 0 and LEAN_LINE in logs.stdout, logs.stdout[-3000:]
 
 
