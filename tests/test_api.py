@@ -69,6 +69,7 @@ def test_submit_wait_status_and_logs(home, cli, tmp_path):
     assert [j.id for j in mxbatch.jobs(state="succeeded", backend="local")] == [job.id]
     assert mxbatch.jobs(state="running") == []
     assert mxbatch.Job(job.id).run_dir == job.run_dir
+    assert mxbatch.Job("last").id == mxbatch.Job(job.id[:6]).id == job.id  # as the CLI
     assert job.cancel().already_ended  # idempotent on an ended job
     assert_no_processes(job.id)
 

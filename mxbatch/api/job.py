@@ -16,12 +16,14 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 from ..backends import records
 from ..backends.base import Backend, current_attempt, load_run_plan
+from ..backends.jobrefs import resolve
 from ..backends.status import AttemptStatus, JobState, TaskStatus
 from ..backends.status import JobStatus as MergedStatus
-from ..errors import JobNotFound
+from ..errors import BadInput, JobNotFound
 from ..jobs.cancelling import CancelReport, cancel_job
 from ..jobs.cause import Cause, failure_cause
-from ..jobs.follow import LogStream, follow
+from ..jobs.follow import LogStream, LogTail, follow
+from ..jobs.logview import RoleLines
 from ..jobs.overview import StateFilter, select
 from ..jobs.submit import backend_for_record
 from ..runtime.planfile import TaskInfo
@@ -97,18 +99,21 @@ class JobStatus:
 
 
 class Job:
-    """A submitted job, by its id: ``Job("mlp-ps-1a2b3c4d")`` (``JobNotFound`` when no
-    such job was submitted from this ``$MXBATCH_HOME``)."""
+    """A submitted job, named as the CLI names one: its id (``Job("mlp-ps-1a2b3c4d")``),
+    a unique prefix of it, or ``"last"`` (``backends.jobrefs``). ``JobNotFound`` when no
+    such job was submitted from this ``$MXBATCH_HOME``; ``BadInput`` for a prefix that
+    starts several ids."""
 
     def __init__(self, job_id: str) -> None:
-        self._record = records.load(job_id)
+        self._record = records.load(resolve(job_id))
         self._backend: Optional[Backend] = None
 
     @classmethod
-    def of_record(cls, record: records.JobRecord) -> "Job":
-        """The job of a record just saved or already read."""
+    def of_record(cls, record: records.JobRecord, backend: Optional[Backend] = None) -> "Job":
+        """The job of a record just saved or already read; ``backend``: the one it was
+        submitted through (default: rebuilt from the record when first needed)."""
         job = cls.__new__(cls)
-        job._record, job._backend = record, None
+        job._record, job._backend = record, backend
         return job
 
     def __repr__(self) -> str:
@@ -151,15 +156,18 @@ class Job:
              on_log: Optional[Callable[[str], None]] = None,
              on_status: Optional[Callable[[MergedStatus], None]] = None,
              note: Optional[Callable[[str], None]] = None,
-             output_busy: Callable[[], bool] = lambda: False) -> JobStatus:
+             output_busy: Callable[[], bool] = lambda: False,
+             verbose: bool = False) -> JobStatus:
         """Block until the job ends and return its final status (whatever the outcome:
         look at ``state``). ``timeout`` (seconds): ``WaitTimeout`` after that long, the
-        job going on. ``on_log`` gets each log line, prefixed ``role[rank] |``;
-        ``on_status`` every status polled; ``note`` a line when an attempt ends and the
-        next begins; while ``output_busy()`` no more logs are read."""
+        job going on. ``on_log`` gets each log line as it arrives, prefixed
+        ``role[rank] |`` (the roles' own; ``verbose``: mxbatch's notes too); ``on_status``
+        every status polled; ``note`` a line when an attempt ends and the next begins;
+        while ``output_busy()`` no more logs are read."""
         merged = follow(self.backend, self._record, stream_logs=on_log is not None,
                         echo=on_log or (lambda line: None), timeout=timeout,
-                        on_status=on_status, note=note, output_busy=output_busy)
+                        on_status=on_status, note=note, output_busy=output_busy,
+                        verbose=verbose)
         return self.describe(merged)
 
     def tasks(self, role: Union[Role, str, None] = None,
@@ -179,11 +187,17 @@ class Job:
 
     def logs(self, role: Union[Role, str, None] = None, rank: Optional[int] = None,
              tail: Optional[int] = None, follow: bool = False, *,
-             attempt: Optional[int] = None) -> Iterator[str]:
+             attempt: Optional[int] = None, verbose: bool = False,
+             stamp: Optional[Callable[[Optional[float]], str]] = None) -> Iterator[str]:
         """The log lines of the chosen tasks (every task by default), each prefixed
-        ``role[rank] |`` when several are chosen; ``tail``: from each task's last
-        ``tail`` lines; ``follow``: until the job ends (lines as they come). ``attempt``:
-        that attempt's logs (``MXBATCH_ATTEMPT``; default: the current one)."""
+        ``role[rank] |`` when several are chosen: the roles' own lines (``verbose``:
+        mxbatch's notes, hook reports and stack dumps too, as the files keep them).
+        ``tail``: from each task's last ``tail`` lines; ``follow``: until the job ends,
+        the tasks' lines merged in the order they arrived. ``attempt``: that attempt's
+        logs (``MXBATCH_ATTEMPT``; default: the current one). ``stamp``: what goes before
+        each line, given its arrival time (None where the log's index does not say;
+        ``BadInput`` for a backend whose logs keep no times). ``JobNotFound`` for a task
+        or attempt the job does not have; ``BadInput`` for a log that is no file."""
         tasks = self.tasks(role, rank)
         latest = current_attempt(self._record)
         if attempt is None:
@@ -191,27 +205,45 @@ class Job:
         elif not 0 <= attempt <= latest:
             raise JobNotFound(f"job {self.id} has no attempt {attempt} "
                               f"(attempts 0-{latest})")
-        backend = self.backend
-        if not follow and tail is None:  # what the backend says a log is (plugins too)
-            width = max(len(t.label) for t in tasks)
-            for task in tasks:
-                prefix = f"{task.label:<{width}} | " if len(tasks) > 1 else ""
-                for line in backend.logs(self._record, task.role, task.rank,
-                                         *([attempt] if attempt else [])):
-                    yield prefix + line.rstrip("\n")
+        backend, record = self.backend, self._record
+        layout = record.layout.attempt(attempt)
+        for task in tasks:  # a log that is there but no file (a directory): say so first
+            if backend.log_reader(record, task.role, task.rank) is None:
+                LogTail(Path(layout.task_log(task.role.value, task.rank)), "").check()
+        if not (follow or stamp is not None or tail is not None):
+            yield from self._backend_logs(tasks, attempt, verbose)
             return
+        readers = [backend.log_reader(record, t.role, t.rank, *([attempt] if attempt else []))
+                   for t in tasks]
+        if stamp is not None and any(reader is not None for reader in readers):
+            raise BadInput(f"--timestamps: the logs of backend {record.backend} are read "
+                           "from its own service, which keeps no arrival times")
         lines: List[str] = []
-        stream = LogStream(backend, self._record, load_run_plan(self._record), lines.append,
+        stream = LogStream(backend, record, load_run_plan(record), lines.append,
                            attempt=attempt, tasks=tasks, prefixed=len(tasks) > 1,
-                           tail_lines=tail)
+                           tail_lines=tail, stamp=stamp, verbose=verbose, merge=follow)
         while True:
-            done = not follow or backend.status(self._record).terminal
+            done = not follow or backend.status(record).terminal
             stream.pump(final=done)
             yield from lines
             lines.clear()
             if done:
                 return
             time.sleep(FOLLOW_INTERVAL_S)
+
+    def _backend_logs(self, tasks: List[TaskInfo], attempt: int,
+                      verbose: bool) -> Iterator[str]:
+        """What the backend says each task's log is (``Backend.logs``: plugins may add
+        to it), prefixed when there are several tasks."""
+        width = max(len(t.label) for t in tasks)
+        for task in tasks:
+            prefix = f"{task.label:<{width}} | " if len(tasks) > 1 else ""
+            shown = RoleLines()
+            for line in self.backend.logs(self._record, task.role, task.rank,
+                                          *([attempt] if attempt else [])):
+                text = line.rstrip("\n")
+                if verbose or shown.shows(text):
+                    yield prefix + text
 
     def cancel(self) -> CancelReport:
         """Stop the job: nothing of it stays queued or running. Idempotent (a no-op on an

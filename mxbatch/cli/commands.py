@@ -325,7 +325,7 @@ def _attend_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
     a stdout that breaks (``| head``) or fills ends a supervisor's logs, not its job,
     and ends a follower (exit 1), the job going on. The logs streamed are the roles' own
     lines unless ``verbose``; the job's events are said once, here and in ``_report``."""
-    from ..jobs.follow import follow, supervise
+    from ..jobs.follow import supervise
     from .progress import Progress, choose_mode
 
     out = terminal or Terminal()
@@ -347,11 +347,13 @@ def _attend_and_exit(backend, record: records.JobRecord, *, stream_logs: bool,
                                             held=held, note=note,
                                             output_busy=lambda: out.busy, verbose=verbose)
         else:
+            from ..api.job import Job  # not before: an attached job's roles start sooner
+
             if held is not None:
                 held.release()  # a Ctrl-C held back meanwhile: KeyboardInterrupt now
-            status = follow(backend, record, stream_logs=stream_logs, echo=echo,
-                            timeout=timeout, on_status=progress.on_status, note=note,
-                            output_busy=lambda: out.busy, verbose=verbose)
+            status = Job.of_record(record, backend).wait(
+                timeout, on_log=echo if stream_logs else None, on_status=progress.on_status,
+                note=note, output_busy=lambda: out.busy, verbose=verbose).detail
     except WaitTimeout:
         if as_json:  # the one document --json promises: the status it gave up at
             progress.clear()
@@ -622,11 +624,10 @@ def cancel(job_id: str, as_json: bool) -> None:
 def wait_command(job_id: str, timeout: Optional[float], stream_logs: bool, quiet: bool,
                  verbose: bool, as_json: bool) -> None:
     """Block until JOB_ID ends; exit 0 only if it succeeded."""
-    from ..backends import records
-    from ..jobs import submit as jobs
+    from ..api.job import Job
 
-    record = records.load(job_id)
-    _attend_and_exit(jobs.backend_for_record(record), record,
+    job = Job(job_id)
+    _attend_and_exit(job.backend, job.record,
                      stream_logs=stream_logs and not as_json, timeout=timeout,
                      cancel_on_interrupt=False, quiet=quiet, as_json=as_json,
                      verbose=verbose)

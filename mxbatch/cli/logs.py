@@ -4,45 +4,21 @@ follows until the job ends (the tasks' lines merged in the order they arrived),
 ``--timestamps`` puts before each line when it arrived (from the log's time index,
 ``runtime.logfile``; logs read from the backend's own service, YARN's NodeManagers,
 have none). The roles' own lines only (``jobs.logview``) unless ``--verbose``: the
-files keep mxbatch's notes, hook reports and stack dumps too."""
+files keep mxbatch's notes, hook reports and stack dumps too. What it shows is
+``mxbatch.api.Job.logs``; this module presents it."""
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import click
 
-from ..backends import records
-from ..backends.base import current_attempt, load_run_plan
-from ..errors import JobNotFound, MxbatchError
-from ..jobs import submit as jobs
-from ..jobs.follow import LogStream, LogTail
-from ..jobs.logview import RoleLines
-from ..runtime.planfile import TaskInfo
 from ..runtime.roles import Role
 from . import jsonout
 from .params import JOB_HELP, JobRef
 
-#: how often ``logs -f`` looks at the logs
-FOLLOW_INTERVAL_S = 0.25
 #: what stands for the time of a line the index does not cover
 NO_TIME = "-"
-
-
-def chosen_tasks(record: records.JobRecord, role: Optional[str],
-                 rank: Optional[int]) -> List[TaskInfo]:
-    """The job's tasks that ``--role``/``--rank`` select; JobNotFound (exit 4) naming the
-    job's tasks when they select none."""
-    tasks = load_run_plan(record).tasks
-    chosen = [t for t in tasks
-              if (role is None or t.role == role) and (rank is None or t.rank == rank)]
-    if not chosen:
-        wanted = f"{role or 'any role'}[{'any rank' if rank is None else rank}]"
-        raise JobNotFound(f"job {record.job_id} has no task {wanted}; its tasks: "
-                          + ", ".join(t.label for t in tasks))
-    return chosen
 
 
 @click.command(name="logs", epilog=JOB_HELP)
@@ -65,45 +41,11 @@ def logs_command(job_id: str, role: Optional[str], rank: Optional[int], follow: 
                  tail_lines: Optional[int], timestamps: bool, attempt: Optional[int],
                  verbose: bool) -> None:
     """Print the logs of JOB_ID (every task, prefixed role[rank]; one task as it is)."""
-    record = records.load(job_id)
-    backend = jobs.backend_for_record(record)
-    tasks = chosen_tasks(record, role, rank)
-    latest = current_attempt(record)
-    if attempt is None:
-        attempt = latest
-    elif not 0 <= attempt <= latest:
-        raise JobNotFound(f"job {job_id} has no attempt {attempt} (attempts 0-{latest})")
-    layout = record.layout.attempt(attempt)
-    width = max(len(t.label) for t in tasks)
-    for task in tasks:  # a log that is there but no file (a directory): say so first
-        if backend.log_reader(record, task.role, task.rank) is None:
-            LogTail(Path(layout.task_log(task.role.value, task.rank)), "").check()
-    if not (follow or timestamps or tail_lines is not None):
-        # what the backend says a task's log is (Backend.logs: plugins may add to it)
-        for task in tasks:
-            prefix = f"{task.label:<{width}} | " if len(tasks) > 1 else ""
-            shown = RoleLines()
-            for line in backend.logs(record, task.role, task.rank,
-                                     *([attempt] if attempt else [])):
-                text = line.rstrip("\n")
-                if verbose or shown.shows(text):
-                    click.echo(prefix + text)
-        return
-    readers = [backend.log_reader(record, t.role, t.rank, *([attempt] if attempt else []))
-               for t in tasks]
-    if timestamps and any(reader is not None for reader in readers):
-        raise MxbatchError(f"--timestamps: the logs of backend {record.backend} are read "
-                           "from its own service, which keeps no arrival times",
-                           exit_code=2)
-    stream = LogStream(backend, record, load_run_plan(record), click.echo, attempt=attempt,
-                       tasks=tasks, prefixed=len(tasks) > 1, tail_lines=tail_lines,
-                       stamp=_stamp if timestamps else None, verbose=verbose, merge=follow)
-    while True:
-        done = not follow or backend.status(record).terminal
-        stream.pump(final=done)
-        if done:
-            return
-        time.sleep(FOLLOW_INTERVAL_S)
+    from ..api.job import Job
+
+    for line in Job(job_id).logs(role, rank, tail_lines, follow, attempt=attempt,
+                                 verbose=verbose, stamp=_stamp if timestamps else None):
+        click.echo(line)
 
 
 def _stamp(at: Optional[float]) -> str:
