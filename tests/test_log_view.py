@@ -7,9 +7,9 @@ own job, counted."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -107,7 +107,7 @@ def test_a_merged_log_holds_a_line_back_for_earlier_ones_read_later(tmp_path, mo
     worker_log = RunLayout(str(tmp_path)).task_log("worker", 0)
     Path(worker_log).write_text("early\n")
     Path(RunLayout(str(tmp_path)).task_log_times("worker", 0)).write_text("0 100.1\n")
-    clock = __import__("time").time() + 1
+    clock = time.time() + 1
     monkeypatch.setattr("mxbatch.jobs.follow.time.time", lambda: clock)
     monkeypatch.setattr("mxbatch.jobs.follow.time.monotonic", lambda: clock)
     stream.pump()  # the worker's line, read now, arrived first: both wait for it
