@@ -252,12 +252,16 @@ class LogStream:
         """The new lines of one task's log that show, in order (their times never go
         back: a clock stepped back does not move a line before one of its own task's)."""
         tail, index, shown = source
-        index.refresh()
+        timed = self.merge or self.stamp is not None
         latest = float("-inf")
+        refreshed = False  # the index is read only when the log has new lines to time
         for offset, text in tail.read_lines(final=final):
             if shown is not None and not shown.shows(text):
                 continue
-            at = index.time_at(offset)
+            if timed and not refreshed:
+                index.refresh()
+                refreshed = True
+            at = index.time_at(offset) if timed else None
             stamp = "" if self.stamp is None else self.stamp(at) + " "
             latest = max(latest, wall if at is None else at)
             yield _Line(latest, next(self._seq), wall, tail.prefix + stamp + text,
