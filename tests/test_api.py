@@ -1,5 +1,5 @@
 """The Python API (``mxbatch.submit``, ``launch``, ``Job``, ``jobs``) on the local backend
-and on the Slurm test cluster, with stand-in roles (tests/fakerole.py): submit, wait,
+and on the Slurm and SGE test clusters, with stand-in roles (tests/fakerole.py): submit, wait,
 status (the fields of ``status --json``), logs, cancel, a spec error with its file,
 line and key; ``import mxbatch`` stays light; the sweep example runs real MXNet."""
 
@@ -136,43 +136,49 @@ def test_import_mxbatch_loads_no_api_and_no_heavy_module():
     assert out == ["[]", "[]", "True True"]
 
 
-# ------------------------------------------------------------------------- Slurm
+# ------------------------------------------------------------------ batch systems
 
 
 @pytest.fixture
-def slurm_here(slurm, monkeypatch):
-    """This process with the Slurm test cluster's environment (the API runs in it)."""
-    for name, value in slurm.env.items():
+def batch_here(request, monkeypatch):
+    """This process with a batch test cluster's environment (the API runs in it): the
+    test's ``backend`` parameter names the cluster (its ``Cli`` fixture)."""
+    cli = request.getfixturevalue(request.param)
+    for name, value in cli.env.items():
         monkeypatch.setenv(name, value)
-    return slurm
+    return request.param, cli
 
 
-@pytest.mark.slurm
-def test_the_api_on_slurm(slurm_here, tmp_path):
-    """Submit, wait, status, logs and a spec error through Slurm, then cancel a job that
-    runs: it leaves the queue and nothing of it runs."""
-    spec = fake_job(tmp_path, sleep="3", backend="slurm",
+@pytest.mark.parametrize("batch_here", [pytest.param("slurm", marks=pytest.mark.slurm),
+                                        pytest.param("sge", marks=pytest.mark.sge)],
+                         indirect=True)
+def test_the_api_on_a_batch_system(batch_here, tmp_path):
+    """Submit, wait, status, logs and a spec error through Slurm or SGE, then cancel a
+    job that runs: it leaves the queue and nothing of it runs."""
+    from .clusterjobs import sge_queued, slurm_queued, wait_queue_empty
+
+    backend, cli = batch_here
+    spec = fake_job(tmp_path, sleep="3", backend=backend,
                     resources={"cpus": 1, "memory": "512M", "walltime": "10m"},
                     workdir=str(tmp_path))
     spec["command"] = ["python3", str(FAKEROLE)]
     job = mxbatch.submit(spec)
-    assert job.backend_name == "slurm"
+    assert job.backend_name == backend
     final = job.wait(timeout=300)
     assert final.state is JobState.SUCCEEDED, final.to_dict()
-    assert all(t.native for t in final.tasks)  # Slurm's own ids
+    assert all(t.native for t in final.tasks)  # the batch system's own ids
     assert any("tick" in line for line in job.logs(role="worker", rank=1))
 
     with pytest.raises(SpecError) as error:
-        mxbatch.submit(spec, overrides={"backends.slurm.partiton": "x"})
-    assert error.value.key == "backends.slurm.partiton"
+        mxbatch.submit(spec, overrides={f"backends.{backend}.queeu": "x"})
+    assert error.value.key == f"backends.{backend}.queeu"
 
     spec["env"] = dict(spec["env"], FAKE_SLEEP="600")
-    running = mxbatch.submit(spec, name="api-slurm-cancel")
+    running = mxbatch.submit(spec, name=f"api-{backend}-cancel")
     wait_for(lambda: running.status().state is JobState.RUNNING, 300, "the job to run")
     assert running.cancel().after.state is JobState.CANCELLED
-    from .clusterjobs import slurm_queued, wait_queue_empty
-
-    wait_queue_empty(lambda: slurm_queued(slurm_here, running.id), running.id, 60)
+    queued = sge_queued if backend == "sge" else slurm_queued
+    wait_queue_empty(lambda: queued(cli, running.id), running.id, 60)
     assert running.status().state is JobState.CANCELLED
     assert_no_processes(running.id)
 
