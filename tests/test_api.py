@@ -53,6 +53,9 @@ def test_submit_wait_status_and_logs(home, cli, tmp_path):
     assert set(shown) - {"schema"} == set(status.to_dict())
     assert shown["state"] == status.state.value == "SUCCEEDED"
     assert [t["rank"] for t in shown["tasks"]] == [t.rank for t in status.tasks]
+    for key in shown:  # each field of the document is one of JobStatus's
+        assert key == "schema" or hasattr(status, key), key
+    assert status.samples_per_sec == status.detail.samples_per_sec
 
     lines = list(job.logs(role="worker"))
     assert any(line.startswith("worker[0] | tick") for line in lines), lines

@@ -89,6 +89,13 @@ class JobStatus:
         """Why the job failed or was cancelled ("" otherwise)."""
         return self.detail.reason
 
+    def __getattr__(self, name: str) -> Any:
+        """Every other field of ``status --json`` (``samples_per_sec``, ``note``, ``log``,
+        ``attempt``, ``stragglers``...): the backend's merged view's."""
+        if name.startswith("__") or name == "detail":
+            raise AttributeError(name)
+        return getattr(self.detail, name)
+
     def to_dict(self) -> Dict[str, Any]:
         """The fields of ``mxbatch status --json`` (plain data; times as epoch seconds)."""
         record = self.record
