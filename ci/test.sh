@@ -6,10 +6,10 @@
 # clusters the suite needs, runs pytest, and stops the clusters again, also on failure. pytest's "no tests ran" (exit 5) fails.
 #
 # Env: MXBATCH_TEST_CLUSTERS  space-separated clusters to start and require
-#                             (default: sge slurm yarn cachefs containers); sge and
-#                             slurm run their execds and nodes on the namespace test
-#                             hosts, so "hosts" is started before them (and stopped after
-#                             them) whenever one is listed; "hosts" are also the ssh/MPI
+#                             (default: sge slurm oar yarn cachefs containers); sge,
+#                             slurm and oar run their execds and nodes on the namespace
+#                             test hosts, so "hosts" is started before them (and stopped
+#                             after them) whenever one is listed; "hosts" are also the ssh/MPI
 #                             test hosts (markers ssh and mpi)
 #      PYTEST_ARGS            extra pytest arguments
 #      MXBATCH_TEST_WORKERS   pytest-xdist workers (default 3; 0: one process, in order)
@@ -18,15 +18,15 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 export MXBATCH_CLUSTER_STATE=${MXBATCH_CLUSTER_STATE:-/tmp/mxbatch-clusters}
-CLUSTERS=${MXBATCH_TEST_CLUSTERS-sge slurm yarn cachefs containers}
-# SGE's execds and slurm's slurmd nodes live in the test hosts (hosts-up.sh): hosts come
-# right before the first of them
-if [[ " $CLUSTERS " == *" slurm "* || " $CLUSTERS " == *" sge "* ]]; then
+CLUSTERS=${MXBATCH_TEST_CLUSTERS-sge slurm oar yarn cachefs containers}
+# SGE's execds, slurm's slurmd nodes and OAR's nodes live in the test hosts (hosts-up.sh):
+# hosts come right before the first of them
+if [[ " $CLUSTERS " == *" slurm "* || " $CLUSTERS " == *" sge "* || " $CLUSTERS " == *" oar "* ]]; then
     ordered=""
     for name in $CLUSTERS; do
         case $name in
             hosts) ;;
-            sge | slurm)
+            sge | slurm | oar)
                 [[ " $ordered " == *" hosts "* ]] || ordered="$ordered hosts"
                 ordered="$ordered $name" ;;
             *) ordered="$ordered $name" ;;
@@ -38,7 +38,7 @@ STARTED=()
 
 log() { printf '[test.sh %(%H:%M:%S)T] %s\n' -1 "$*"; }
 
-# in reverse order: sge and slurm before the hosts their daemons run in
+# in reverse order: sge, slurm and oar before the hosts their daemons run in
 stop_clusters() {
     local i name
     for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do
