@@ -95,7 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--kv-store", metavar="MODULE:FACTORY", default=None,
                      help="rendezvous in the key-value store FACTORY(plan) makes")
     run.add_argument("--task-from", metavar="VAR", default=None,
-                     help="read the task index from this environment variable")
+                     help="read the task index from this environment variable (with "
+                          "--role: the rank in the role, less --array-base)")
     run.add_argument("--task-groups", metavar="G", default=None,
                      help="groups of task indexes (0,4/1,5/2): --task-from's variable picks "
                           "the group this process supervises")

@@ -7,6 +7,10 @@
 - ``--task-groups G`` with ``--task-from VAR``: several tasks, the group ``$VAR``
   picks of ``G`` (``format_groups``: one ``mpirun`` rank per host, each the agent of
   the tasks dealt to its host);
+- a role group (``--role worker``) with ``--task-from VAR``: an array task whose rank is
+  ``$VAR`` less ``array_base`` (0 if not given): the job script names its scheduler's
+  variable (OAR: ``--task-from OAR_ARRAY_INDEX --array-base 1``), so a batch system
+  needs nothing here;
 - otherwise a role group (``--role worker``) plus the array index the batch
   system gives: ``SGE_TASK_ID`` (1-based), ``SLURM_ARRAY_TASK_ID`` (0-based),
   ``OMPI_COMM_WORLD_RANK`` / ``PMI_RANK`` (0-based); ``array_base`` overrides the
@@ -78,6 +82,12 @@ def resolve(plan: RunPlan, environ: Mapping[str, str], index: Optional[int] = No
             role: Optional[str] = None, index_variable: Optional[str] = None,
             array_base: Optional[int] = None) -> TaskInfo:
     """The ``TaskInfo`` this process runs (see the module docstring for the sources)."""
+    if index is None and role is not None and index_variable:
+        rank = _index_from(environ, index_variable) - (array_base or 0)
+        try:
+            return plan.task_for(Role(role), rank)
+        except KeyError as exc:
+            raise TaskIdentityError("$%s: %s" % (index_variable, exc)) from None
     if index is None and index_variable:
         # "A,B": the first of these variables that is set (mpirun: Open MPI's or hydra's)
         index = _index_from(environ, index_variable)
