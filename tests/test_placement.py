@@ -31,12 +31,17 @@ def test_a_pbs_node_file_gives_a_slot_a_line_in_order_of_first_appearance(tmp_pa
 
 
 def test_the_node_file_variables_in_order_and_lsf_hosts(tmp_path):
-    pbs, lsf = tmp_path / "pbs", tmp_path / "lsf"
+    pbs, oar, lsf = tmp_path / "pbs", tmp_path / "oar", tmp_path / "lsf"
     pbs.write_text("a\n")
+    oar.write_text("10.0.0.1\n10.0.0.1\n10.0.0.2\n")  # OAR_NODEFILE: a line per core
     lsf.write_text("b\nb\n")
-    env = {"PBS_NODEFILE": str(pbs), "LSB_DJOB_HOSTFILE": str(lsf), "LSB_HOSTS": "c c"}
+    env = {"PBS_NODEFILE": str(pbs), "OAR_NODEFILE": str(oar), "LSB_DJOB_HOSTFILE": str(lsf),
+           "LSB_HOSTS": "c c"}
     assert placement.allocation_node_file(env).hosts == (Host("a", slots=1),)
     del env["PBS_NODEFILE"]
+    assert placement.allocation_node_file(env).hosts == (Host("10.0.0.1", slots=2),
+                                                         Host("10.0.0.2", slots=1))
+    del env["OAR_NODEFILE"]
     assert placement.allocation_node_file(env).hosts == (Host("b", slots=2),)
     del env["LSB_DJOB_HOSTFILE"]
     found = placement.allocation_node_file(env)

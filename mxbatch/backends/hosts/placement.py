@@ -6,8 +6,8 @@ the words ``render``, ``doctor`` and error messages name it by. Sources:
 
 - a launch.py hostfile or ``backends.<ssh|mpi>.hosts`` (``hostfile.job_hosts``);
 - the allocation's node file of a batch system, for ``ssh``/``mpi`` given no hosts
-  (``allocation_node_file``): ``PBS_NODEFILE`` (PBS, Torque) and ``LSB_DJOB_HOSTFILE``
-  (LSF), one host a line and a line per slot, or LSF's ``LSB_HOSTS`` (the same,
+  (``allocation_node_file``): ``PBS_NODEFILE`` (PBS, Torque), ``OAR_NODEFILE`` (OAR: a
+  line per core) and ``LSB_DJOB_HOSTFILE`` (LSF), one host a line and a line per slot, or LSF's ``LSB_HOSTS`` (the same,
   blank-separated);
 - SGE's ``PE_HOSTFILE`` in a parallel-environment job (``pe_hostfile``): ``HOST SLOTS
   QUEUE PROCESSORS`` a line;
@@ -47,6 +47,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: PBS and Torque: the job's node file, one host a line, a line per slot
 PBS_NODEFILE = "PBS_NODEFILE"
+#: OAR: the job's node file, one host a line, a line per core
+OAR_NODEFILE = "OAR_NODEFILE"
 #: LSF: the job's host file, one host a line, a line per slot
 LSB_DJOB_HOSTFILE = "LSB_DJOB_HOSTFILE"
 #: LSF: the job's hosts, blank-separated, once per slot (when there is no host file)
@@ -60,7 +62,7 @@ SLURM_JOB_ID = "SLURM_JOB_ID"
 SLURM_JOB_NODELIST = "SLURM_JOB_NODELIST"
 SLURM_JOB_CPUS_PER_NODE = "SLURM_JOB_CPUS_PER_NODE"
 #: the node files ``--launcher ssh``/``mpi`` use when given no hosts, in this order
-NODE_FILE_VARIABLES = (PBS_NODEFILE, LSB_DJOB_HOSTFILE)
+NODE_FILE_VARIABLES = (PBS_NODEFILE, OAR_NODEFILE, LSB_DJOB_HOSTFILE)
 
 _REPEAT = re.compile(r"(\d+)(?:\(x(\d+)\))?")
 #: a line of ``scontrol show job -d``: some nodes of the job and what each of them holds
@@ -115,7 +117,7 @@ def _names(variable: str, origin: str, names: Sequence[str]) -> Tuple[Host, ...]
 
 
 def node_file(variable: str, path: str) -> Placement:
-    """A PBS/Torque or LSF node file: one host a line, repeated once per slot."""
+    """A PBS/Torque, OAR or LSF node file: one host a line, repeated once per slot."""
     names = [line.split()[0] for line in _read(variable, path).splitlines()
              if line.strip() and not line.lstrip().startswith("#")]
     return Placement(_names(variable, path, names), f"{variable} {path}")
