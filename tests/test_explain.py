@@ -138,3 +138,10 @@ def test_the_docs_build_adds_the_generated_spec_page():
     assert page is not None and "`mxbatch/spec/schema.py`" in page.content_string
     assert "| `rendezvous.grace` |" in page.content_string
     assert "python-api.md" in (ROOT / "mkdocs.yml").read_text()
+
+
+def test_keys_complete_in_the_shell(cli):
+    result = cli.run("explain", env={"_MXBATCH_COMPLETE": "bash_complete",
+                                     "COMP_WORDS": "mxbatch explain rendezvous.gr",
+                                     "COMP_CWORD": "2"})
+    assert "rendezvous.grace" in result.stdout, result.stdout + result.stderr

@@ -75,8 +75,13 @@ def overview(docs: List[KeyDoc]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def key_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> List[str]:
+    """Shell completion: the keys that start with what was typed."""
+    return [d.key for d in key_docs() if d.key.startswith(incomplete)]
+
+
 @click.command(name="explain")
-@click.argument("key", required=False)
+@click.argument("key", required=False, shell_complete=key_names)
 @click.option("--json", "as_json", is_flag=True, help=jsonout.OPTION_HELP)
 def explain_command(key: Optional[str], as_json: bool) -> None:
     """Explain a job-spec KEY (rendezvous.grace, roles.worker.count, backends.slurm):
