@@ -25,6 +25,7 @@ GROUP = "mxbatch.backends"
 _BUILTIN: Dict[str, str] = {
     "local": "mxbatch.backends.local:LocalBackend",
     "mpi": "mxbatch.backends.hosts.mpi:MpiBackend",
+    "oar": "mxbatch.backends.batch.oar:OarBackend",
     "sge": "mxbatch.backends.batch.sge:SgeBackend",
     "slurm": "mxbatch.backends.batch.slurm:SlurmBackend",
     "ssh": "mxbatch.backends.hosts.ssh:SshBackend",

@@ -465,6 +465,12 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
         to leave out."""
         raise NotImplementedError
 
+    def attempt_command(self, run: RunPlan, name: str, argv: Sequence[str],
+                        attempt: AttemptContext) -> List[str]:
+        """The submit command ``argv`` of one job script (the script last) as a later
+        attempt runs it: ``attempt_options`` before the script."""
+        return list(argv[:-1]) + self.attempt_options(run, name, attempt) + [argv[-1]]
+
     def attempt_template(self, run: RunPlan, template: drmaa_glue.TemplateSpec,
                          attempt: AttemptContext) -> drmaa_glue.TemplateSpec:
         """A DRMAA bulk job of the first attempt as a later attempt submits it."""
@@ -498,8 +504,7 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
                 g.role.value: self.drmaa_job_number(i) for g, i in zip(role_groups(run), ids)})
         ids: Dict[str, str] = {}
         for name, argv in saved["commands"].items():
-            command = list(argv[:-1]) + self.attempt_options(run, name, attempt) + [argv[-1]]
-            job_id = self.submit_script(command)
+            job_id = self.submit_script(self.attempt_command(run, name, argv, attempt))
             rollback.push(f"{self.scheduler} job {job_id}",
                           lambda job_id=job_id: self.withdraw([job_id]))
             ids[name] = job_id
