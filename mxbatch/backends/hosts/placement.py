@@ -7,8 +7,8 @@ the words ``render``, ``doctor`` and error messages name it by. Sources:
 - a launch.py hostfile or ``backends.<ssh|mpi>.hosts`` (``hostfile.job_hosts``);
 - the allocation's node file of a batch system, for ``ssh``/``mpi`` given no hosts
   (``allocation_node_file``): ``PBS_NODEFILE`` (PBS, Torque), ``OAR_NODEFILE`` (OAR: a
-  line per core) and ``LSB_DJOB_HOSTFILE`` (LSF), one host a line and a line per slot, or LSF's ``LSB_HOSTS`` (the same,
-  blank-separated);
+  line per core) and ``LSB_DJOB_HOSTFILE`` (LSF), one host a line and a line per slot,
+  or LSF's ``LSB_HOSTS`` (the same, blank-separated);
 - SGE's ``PE_HOSTFILE`` in a parallel-environment job (``pe_hostfile``): ``HOST SLOTS
   QUEUE PROCESSORS`` a line;
 - a Slurm allocation (``slurm_allocation``): ``SLURM_JOB_NODELIST`` expanded by
