@@ -183,6 +183,16 @@ def slurm_queued(cli: Cli, job: str) -> List[str]:
     return [line for line in out.splitlines() if job in line]
 
 
+def oar_queued(cli: Cli, job: str) -> List[str]:
+    """OAR jobs of ``job`` (its arrays are named <job>-<role>) that have not ended, as
+    "id state" (OAR lists ended jobs too: Terminated, Error)."""
+    out = subprocess.run(["oarstat", "-J", "--sql", f"job_name LIKE '{job}-%'"],
+                         capture_output=True, text=True, env=cli.env, check=True).stdout
+    jobs = json.loads(out) if out.strip() else {}
+    return [f"{i} {j['state']}" for i, j in jobs.items()
+            if j["state"] not in ("Terminated", "Error")]
+
+
 def slurm_jobs(cli: Cli, job: str) -> List[str]:
     """``scontrol show job`` lines (one per job, array task or component) of ``job``;
     finished jobs stay visible (MinJobAge)."""

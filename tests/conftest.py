@@ -36,7 +36,7 @@ def pytest_collection_modifyitems(config, items):
     here to name each test's group."""
     required = {n for n in os.environ.get("MXBATCH_REQUIRE", "").split(",") if n}
     available = {"mxnet": importlib.util.find_spec("mxnet") is not None}
-    for marker in ("sge", "slurm", "yarn", "cachefs", "containers", "ssh", "mpi"):
+    for marker in ("sge", "slurm", "oar", "yarn", "cachefs", "containers", "ssh", "mpi"):
         available[marker] = cluster_env_file(MARKER_CLUSTERS.get(marker, marker)).is_file()
     for item in items:
         for marker, present in available.items():
@@ -68,7 +68,7 @@ def pytest_collection_finish(session):
 #: of one cluster run one after another in one worker, as they assume (a cell's slots, a
 #: Slurm node stopped on purpose, the one NodeManager's memory); a test that needs several
 #: goes with the first of them here; tests that need no cluster go to any worker
-CLUSTER_GROUPS = (("yarn", "yarn"), ("sge", "sge"), ("slurm", "slurm"),
+CLUSTER_GROUPS = (("yarn", "yarn"), ("sge", "sge"), ("slurm", "slurm"), ("oar", "oar"),
                   ("ssh", "hosts"), ("mpi", "hosts"), ("containers", "containers"),
                   ("cachefs", "cachefs"))
 
@@ -328,6 +328,12 @@ def sge(home) -> "Cli":
 def slurm(home) -> "Cli":
     """The CLI with the Slurm test cluster's environment (ci/clusters/slurm-up.sh)."""
     return Cli(home, cluster_environment("slurm"))
+
+
+@pytest.fixture
+def oar(home) -> "Cli":
+    """The CLI with the OAR test cluster's environment (ci/clusters/oar-up.sh)."""
+    return Cli(home, cluster_environment("oar"))
 
 
 def time_wait_port() -> int:

@@ -1,8 +1,9 @@
-"""Real MXNet jobs through the real SGE and Slurm test clusters, one suite for both (each
-test runs once per batch system): a crashing worker aborts the job, a starved queue hits
-the startup deadline, cancel of a running job, each leaving nothing queued or running.
-What only one of them has (SGE's submitters and consumables, Slurm's het jobs and nodes)
-stays in tests/test_sge.py and tests/test_slurm.py. Durations come from the job's own
+"""Real MXNet jobs through the real SGE, Slurm and OAR test clusters, one suite for all
+(each test runs once per batch system): a crashing worker aborts the job, a starved
+queue hits the startup deadline (not on OAR), cancel of a running job, each leaving
+nothing queued or running. What only one of them has (SGE's submitters and consumables,
+Slurm's het jobs and nodes, OAR's example job and restarts) stays in tests/test_sge.py,
+tests/test_slurm.py and tests/test_oar.py. Durations come from the job's own
 records (a loaded machine)."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .clusterjobs import (
     assert_ends_soon_after_abort,
     created_at,
     example_spec,
+    oar_queued,
     run_dir_of,
     sge_queued,
     slurm_queued,
@@ -59,6 +61,9 @@ SYSTEMS = [
     # partition tiny is one node with 1 CPU: 4 of the 5 tasks never start
     pytest.param(BatchSystem("slurm", "", "partition: tiny", 4, "1G", slurm_queued),
                  id="slurm", marks=[pytest.mark.slurm, pytest.mark.mxnet]),
+    # OAR: the crash and cancel only (its starved queue adds nothing the others test)
+    pytest.param(BatchSystem("oar", "", "", 0, "1G", oar_queued),
+                 id="oar", marks=[pytest.mark.oar, pytest.mark.mxnet]),
 ]
 
 
@@ -86,6 +91,8 @@ def test_worker_crash_aborts_the_job(cli, system, tmp_path):
 
 
 def test_starved_queue_hits_the_startup_deadline(cli, system, tmp_path):
+    if not system.starved:
+        pytest.skip(f"not run on {system.name}")
     spec = system.spec(tmp_path, system.starved, "starved", startup="20s")
     result = cli.run("submit", "--backend", system.name, "--wait", str(spec))
     assert result.returncode == 1
