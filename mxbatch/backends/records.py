@@ -34,7 +34,8 @@ class JobRecord:
     ``options``: the backend options it was submitted with, as plain data;
     ``submitting``: saved before the launch, which has not finished (or whose submitter
     died before it saved the record with the handle): nothing is known of the job's
-    native ids, only that its processes carry its id (``MXBATCH_JOB_ID``)."""
+    native ids, only that its processes carry its id (``MXBATCH_JOB_ID``); ``final``:
+    see below."""
 
     job_id: str
     backend: str
@@ -45,6 +46,9 @@ class JobRecord:
     options: Dict[str, Any] = dataclasses.field(default_factory=dict)
     version: int = RECORD_VERSION
     submitting: bool = False
+    #: the job's final status (``status.JobStatus`` as plain data), written once when it
+    #: has ended for good (every task's own record final): later looks ask no scheduler
+    final: Optional[Dict[str, Any]] = None
 
     @property
     def run_path(self) -> Path:

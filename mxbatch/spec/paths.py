@@ -25,6 +25,12 @@ def jobs_dir() -> Path:
     return mxbatch_home() / "jobs"
 
 
+def cache_dir() -> Path:
+    """Where mxbatch's caches live: ``$MXBATCH_HOME/cache`` (the runtime archive, packed
+    Python environments, the batch queues' shared views)."""
+    return mxbatch_home() / "cache"
+
+
 def config_path() -> Optional[Path]:
     """Where the config file is looked for; None when ``MXBATCH_CONFIG`` is set empty."""
     explicit = os.environ.get(CONFIG_ENV)

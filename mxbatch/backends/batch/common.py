@@ -32,7 +32,18 @@ import re
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import (
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+)
 
 from ... import shell
 from ...errors import BackendUnavailable, CommandError, MxbatchError, SubmissionRejected
@@ -47,6 +58,7 @@ from ...runtime.roles import Role
 from ...runtime.states import TaskState
 from ...spec.plan import JobPlan
 from ...spec.typed import from_data, to_data
+from .. import records
 from ..base import (
     Backend,
     Handle,
@@ -80,6 +92,16 @@ from .jobscript import (
     render_jobscript,
     role_groups,
     runtime_argv,
+)
+from .queueview import (
+    DEFAULT_POLL_INTERVAL_S,
+    NOW,
+    USUAL,
+    QueueView,
+    Row,
+    ViewScope,
+    cell_name,
+    state_path,
 )
 
 #: how long cancel waits for the queue to forget the job's tasks
@@ -384,9 +406,27 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
             raise failure
         return ids
 
+    #: the variables that name the scheduler's cell (two cells never share a view)
+    cell_keys: ClassVar[Tuple[str, ...]] = ()
+
+    def ask_queue(self) -> List[Row]:
+        """Ask the scheduler for every task of this user's jobs: rows of strings
+        (``queueview``), the job's id first. Default: none (no shared view)."""
+        raise NotImplementedError
+
+    def queue_view(self) -> QueueView:
+        """This user's shared view of the queue (``queueview``), at the poll interval
+        of ``backends.<name>.poll_interval``."""
+        env = self.command_env() or dict(os.environ)
+        interval = getattr(self.options, "poll_interval", None) or DEFAULT_POLL_INTERVAL_S
+        return QueueView(state_path(cell_name(self.name, env, self.cell_keys)),
+                         self.ask_queue, interval)
+
     @abc.abstractmethod
-    def native_view(self, handle: HandleT, run: RunPlan) -> NativeView:
-        """What the scheduler says of every task of the job."""
+    def native_view(self, handle: HandleT, run: RunPlan,
+                    scope: ViewScope = USUAL) -> NativeView:
+        """What the scheduler says of every task of the job (``scope``: how old an
+        answer of the shared view may be, since when the job's ids exist)."""
 
     @abc.abstractmethod
     def delete(self, handle: HandleT, force: bool = False) -> None:
@@ -434,6 +474,22 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
                  "templates": [to_data(t) for t in request.templates]}, indent=1))
 
     def status(self, record: JobRecord) -> JobStatus:
+        """The job's status; once it has ended for good, the one written into its record
+        then (``JobRecord.final``: no scheduler is asked again)."""
+        if record.final is not None:
+            try:
+                return from_data(JobStatus, record.final, strict=False)
+            except ValueError:
+                pass  # a record another version wrote: work it out again
+        status = self._status_now(record)
+        if _ended_for_good(status, record):
+            try:
+                records.save(dataclasses.replace(record, final=status.to_dict()))
+            except OSError:
+                pass  # asked again next time
+        return status
+
+    def _status_now(self, record: JobRecord) -> JobStatus:
         run = load_run_plan(record)
         attempts = read_attempts(record.layout.attempts_record)
         index = attempts.current.index if attempts is not None else 0
@@ -442,7 +498,8 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
             view = NativeView(states={key: NativeState.QUEUED for key in run.task_keys()},
                               ids={})
         else:
-            view = self.native_view(self.handle_of(record), run)
+            view = self.native_view(self.handle_of(record), run,
+                                    ViewScope(known_since=_ids_saved_at(record)))
         abort = rdv.read_abort()
         records = rdv.read_tasks(run.task_keys())
         gone = never_started(run, records, view.states) if abort is None else []
@@ -595,17 +652,41 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
                                f"{QUEUE_DRAIN_S:g}s; ask the cluster admins")
 
     def _present(self, handle: HandleT, run: RunPlan) -> bool:
-        return any(s is not NativeState.GONE for s in self.native_view(handle, run).states.values())
+        return any(s is not NativeState.GONE
+                   for s in self.native_view(handle, run, NOW).states.values())
 
     def _wait_native(self, handle: HandleT, run: RunPlan,
                      done: Callable[[NativeState], bool], timeout: float) -> bool:
         deadline = time.time() + timeout
         while True:
-            if all(done(s) for s in self.native_view(handle, run).states.values()):
+            if all(done(s) for s in self.native_view(handle, run, NOW).states.values()):
                 return True
             if time.time() > deadline:
                 return False
             time.sleep(0.5)
+
+
+def _ids_saved_at(record: JobRecord) -> float:
+    """When the job's current native ids were saved at the latest: its record's or its
+    attempts record's last write (a snapshot asked before then may not list them)."""
+    times = []
+    for path in (records.record_path(record.job_id), Path(record.layout.attempts_record)):
+        try:
+            times.append(path.stat().st_mtime)
+        except (OSError, ValueError):
+            continue
+    return max(times, default=record.submitted_at)
+
+
+def _ended_for_good(status: JobStatus, record: JobRecord) -> bool:
+    """Whether ``status`` can no longer change: the job ended (no attempt to come) and
+    every task's own record says how it ended (a state read from the queue, a task lost
+    or never started, may still be corrected by a record written late)."""
+    if record.submitting or not status.terminal or status.state not in (
+            JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+        return False
+    return all(t.state in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED)
+               for t in status.tasks)
 
 
 def submissions_file(layout: RunLayout) -> str:

@@ -35,7 +35,7 @@ import shutil
 import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import ClassVar, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ...errors import BackendUnavailable, MxbatchError
 from ...runtime.jobloop import AttemptContext
@@ -45,7 +45,7 @@ from ...runtime.roles import Role
 from ...runtime.states import EndReason
 from ...runtime.trust import user_name
 from ...spec.plan import JobPlan
-from ...spec.typed import option
+from ...spec.typed import Seconds, option
 from ...spec.units import format_duration
 from ..base import Backend, Handle, Rollback
 from ..hosts import placement
@@ -70,6 +70,7 @@ from .jobscript import (
     relative_to_run_dir,
     role_groups,
 )
+from .queueview import DEFAULT_POLL_INTERVAL_S, NOW, POLL_INTERVAL_HELP, USUAL, ViewScope
 
 QSUB_JOB_ID = re.compile(r"^(?P<job_id>\d+)(?:\.\d+-\d+:\d+)?\s*$", re.MULTILINE)
 #: qsub/qstat/qdel output that means the cell cannot be reached or is not set up here
@@ -122,6 +123,7 @@ class SgeOptions:
     pe: str = option("smp", "the parallel environment that grants a role's cpus (-pe PE N)")
     project: Optional[str] = option(None, "the project (-P)")
     memory_resource: str = option("h_vmem", "the per-slot memory resource (-l NAME=...)")
+    poll_interval: Seconds = option(Seconds(DEFAULT_POLL_INTERVAL_S), POLL_INTERVAL_HELP)
     gpu_resource: str = option("gpu", "the GPU consumable (-l NAME=N)")
     gpu_consumable: GpuConsumable = option(
         GpuConsumable.SLOT, "how the gpu_resource complex is debited: slot (consumable YES: "
@@ -466,20 +468,31 @@ class SgeBackend(BatchBackend[SgeHandle]):
         return task_ids[0].split(".")[0]
 
     # ------------------------------------------------------------------ watching
-    def read_queue(self) -> Dict[Tuple[str, int], str]:
+    cell_keys: ClassVar[Tuple[str, ...]] = ("SGE_ROOT", "SGE_CELL")
+
+    def ask_queue(self) -> List[Tuple[str, ...]]:
         """Every task SGE holds of this user's, from ``qstat -xml -g d -u USER``
         (``parse_qstat_xml``): never the whole cell, whose answer on a busy queue is
         megabytes of other users' tasks for every look (mxbatch's jobs are always its
-        user's own)."""
+        user's own). Rows ``(job number, task id, state letters)``."""
         result = self.run_command(["qstat", "-xml", "-g", "d", "-u", user_name(os.getuid())],
                                   timeout=30)
         try:
-            return parse_qstat_xml(result.stdout)
+            queue = parse_qstat_xml(result.stdout)
         except ElementTree.ParseError as exc:
             raise BackendUnavailable(f"cannot parse qstat output: {exc}") from None
+        return [(number, str(task), letters) for (number, task), letters in queue.items()]
 
-    def native_view(self, handle: SgeHandle, run: RunPlan) -> NativeView:
-        queue = self.read_queue()
+    def read_queue(self, job_ids: Sequence[str], scope: ViewScope
+                   ) -> Tuple[Dict[Tuple[str, int], str], Set[str]]:
+        """This user's tasks in SGE's queue, from the shared view (``queueview``), and
+        those of ``job_ids`` it cannot answer for yet (``QueueView.for_jobs``)."""
+        snapshot, unknown = self.queue_view().for_jobs(scope, job_ids)
+        return {(row[0], int(row[1])): row[2] for row in snapshot.rows}, unknown
+
+    def native_view(self, handle: SgeHandle, run: RunPlan,
+                    scope: ViewScope = USUAL) -> NativeView:
+        queue, unknown = self.read_queue(sorted(set(handle.job_ids.values())), scope)
         view = NativeView(states={}, ids={})
         reasons: Dict[str, Dict[int, str]] = {}
         for task in run.tasks:
@@ -489,7 +502,9 @@ class SgeBackend(BatchBackend[SgeHandle]):
                 view.states[key] = NativeState.GONE
                 continue
             letters = queue.get((number, task.rank + 1))
-            view.states[key] = NativeState.GONE if letters is None else native_state(letters)
+            view.states[key] = (NativeState.QUEUED if number in unknown
+                                else NativeState.GONE if letters is None
+                                else native_state(letters))
             view.ids[key] = f"{number}.{task.rank + 1}"
             if letters is not None and in_error_state(letters):
                 if number not in reasons:
@@ -504,9 +519,10 @@ class SgeBackend(BatchBackend[SgeHandle]):
         return parse_error_reasons(result.stdout)
 
     def listed(self, job_ids: Sequence[str]) -> bool:
-        """``qstat`` lists a task of ``job_ids`` (queued, running or being deleted)."""
+        """``qstat`` lists a task of ``job_ids`` (queued, running or being deleted), in a
+        snapshot at most ``RECHECK_S`` old (a cancel waits on it)."""
         try:
-            queue = self.read_queue()
+            queue, _ = self.read_queue(job_ids, NOW)
         except MxbatchError:
             return False
         return any(number in job_ids for number, _ in queue)

@@ -35,6 +35,7 @@ from .jobscript import (
     relative_to_run_dir,
     render_jobscript,
 )
+from .queueview import USUAL, ViewScope
 from .sge import SgeBackend, SgeHandle, Submitter, in_error_state, native_state
 
 #: the one job script's name (``jobs/gang.sh``, ``logs/sge-gang.out``)
@@ -109,12 +110,14 @@ class SgeGangBackend(SgeBackend):
                          job_ids={t.role: number for t in request.plan.run.tasks})
 
     # ------------------------------------------------------------------ watching
-    def native_view(self, handle: SgeHandle, run: RunPlan) -> NativeView:
+    def native_view(self, handle: SgeHandle, run: RunPlan,
+                    scope: ViewScope = USUAL) -> NativeView:
         """Every task is in the one job's state (queued until SGE grants every slot)."""
-        queue = self.read_queue()
         number = next(iter(handle.job_ids.values()), "")
+        queue, unknown = self.read_queue([number], scope)
         letters = queue.get((number, 1))
-        state = NativeState.GONE if letters is None else native_state(letters)
+        state = (NativeState.QUEUED if number in unknown
+                 else NativeState.GONE if letters is None else native_state(letters))
         view = NativeView(states={}, ids={})
         held = ""
         if letters is not None and in_error_state(letters):

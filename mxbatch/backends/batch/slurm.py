@@ -43,8 +43,9 @@ from ...runtime.layout import RunLayout
 from ...runtime.planfile import RunPlan
 from ...runtime.roles import Role
 from ...runtime.states import EndReason
+from ...runtime.trust import user_name
 from ...spec.plan import JobPlan
-from ...spec.typed import option
+from ...spec.typed import Seconds, option
 from ...spec.units import format_duration
 from ..base import Handle, Rollback
 from ..hosts import placement
@@ -71,6 +72,7 @@ from .jobscript import (
     role_groups,
     runtime_argv,
 )
+from .queueview import DEFAULT_POLL_INTERVAL_S, POLL_INTERVAL_HELP, USUAL, ViewScope
 
 SBATCH_JOB_ID = re.compile(r"^(?P<job_id>\d+)(?:;\S+)?\s*$", re.MULTILINE)
 #: sbatch/squeue/scancel output that means Slurm cannot be reached or is not configured
@@ -123,6 +125,7 @@ class SlurmOptions:
     partition: Optional[str] = option(None, "the partition (--partition)")
     account: Optional[str] = option(None, "the account (--account)")
     qos: Optional[str] = option(None, "the quality of service (--qos)")
+    poll_interval: Seconds = option(Seconds(DEFAULT_POLL_INTERVAL_S), POLL_INTERVAL_HELP)
     constraint: Optional[str] = option(None, "node features (--constraint)")
     het: bool = option(False, "one heterogeneous job whose components start together, "
                               "instead of an array job per role")
@@ -501,29 +504,41 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
         return task_ids[0].split("_")[0]
 
     # ------------------------------------------------------------------ watching
-    def native_view(self, handle: SlurmHandle, run: RunPlan) -> NativeView:
+    cell_keys: ClassVar[Tuple[str, ...]] = ("SLURM_CONF", "SLURM_CLUSTERS")
+
+    def ask_queue(self) -> List[Tuple[str, ...]]:
+        """Every task of this user's jobs Slurm lists (``squeue --user USER``, never every
+        user's): rows ``(job id, array task id or het offset, state)``."""
         self.check_config()
         argv = ["squeue", "--noheader", "--array", "--format", SQUEUE_FORMAT,
-                "--jobs", ",".join(_job_ids(handle))]
+                "--user", user_name(os.getuid())]
         result = self.run_command(argv, timeout=30, check=False)
-        if result.returncode != 0 and "Invalid job id" not in result.stderr:
+        if result.returncode != 0:
             raise self.translate(CommandError(argv, result.returncode, result.stdout,
                                               result.stderr))
-        queue = parse_squeue(result.stdout if result.returncode == 0 else "")
+        return [(job, index, state)
+                for (job, index), state in parse_squeue(result.stdout).items()]
+
+    def native_view(self, handle: SlurmHandle, run: RunPlan,
+                    scope: ViewScope = USUAL) -> NativeView:
+        snapshot, unknown = self.queue_view().for_jobs(scope, _job_ids(handle))
+        queue = {(row[0], row[1]): row[2] for row in snapshot.rows}
         view = NativeView(states={}, ids={})
         offsets = {g.role: i for i, g in enumerate(role_groups(run))}
         for task in run.tasks:
             key = (task.role, task.rank)
             if handle.het_job_id is not None:
-                leader = handle.het_job_id
-                state = queue.get((leader, str(offsets[task.role])))
-                view.ids[key] = f"{leader}+{offsets[task.role]}"
+                number = handle.het_job_id
+                state = queue.get((number, str(offsets[task.role])))
+                view.ids[key] = f"{number}+{offsets[task.role]}"
             else:
                 number = handle.job_ids.get(task.role, "")
                 index = str(task.rank + handle.array_base)
                 state = queue.get((number, index))
                 view.ids[key] = f"{number}_{index}"
-            view.states[key] = NativeState.GONE if state is None else native_state(state)
+            view.states[key] = (NativeState.QUEUED if number in unknown
+                                else NativeState.GONE if state is None
+                                else native_state(state))
         return view
 
     def listed(self, job_ids: Sequence[str]) -> bool:
