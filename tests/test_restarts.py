@@ -169,11 +169,12 @@ def test_the_same_failure_twice_ends_the_job(cli, tmp_path):
 
 
 def test_a_start_up_failure_is_not_restarted(cli, tmp_path):
-    """A typo in the worker's script: it fails before it reaches the scheduler, so the
-    job ends at once (every attempt would fail the same way)."""
+    """A typo in the worker's script (which only the nodes could have had: the check
+    before submitting is off): it fails before it reaches the scheduler, so the job ends
+    at once (every attempt would fail the same way)."""
     spec = restart_spec(tmp_path, restarts="{max: 3, backoff: 0}", env={},
                         worker_command=[sys.executable, str(tmp_path / "trian.py")])
-    result = cli.run("submit", "--wait", str(spec))
+    result = cli.run("submit", "--wait", "--no-check", str(spec))
     assert result.returncode == 1
     assert "exited with code 2" in result.stderr
     assert "failed before it reached the scheduler" in result.stderr

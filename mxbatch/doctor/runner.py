@@ -26,7 +26,7 @@ import mxbatch
 from .. import __version__
 from ..backends import bundle, rundir
 from ..jobs.scripts import missing_scripts, script_of
-from ..runtime import cgroups, net, trust
+from ..runtime import cgroups, net, trust, wire
 from ..runtime.layout import RUNTIME
 from ..runtime.roles import Role
 from ..spec.paths import make_private_dirs
@@ -60,7 +60,7 @@ def containment_check() -> Check:
         return passed("containment", found.detail)
     return warned("containment", found.detail,
                   "run mxbatch as root, or where systemd delegates a cgroup subtree to "
-                  "your user (a user session); MXBATCH_CGROUPS=off turns cgroups off")
+                  f"your user (a user session); {wire.CGROUPS}=off turns cgroups off")
 
 
 def python_check() -> Check:

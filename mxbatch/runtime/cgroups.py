@@ -17,7 +17,7 @@ session of its own, reading a pipe only the agent holds) does the same when the 
 dies without its end (SIGKILL of an attached ``mxbatch launch``): the pipe's end of file
 wakes it within milliseconds.
 
-Where it cannot (no cgroup2 mounted, no write access, ``MXBATCH_CGROUPS=off``),
+Where it cannot (no cgroup2 mounted, no write access, ``wire.CGROUPS`` off),
 ``JobCgroup.make`` answers None and the agent falls back to process groups and the scan
 of ``MXBATCH_JOB_ID`` in environments (``procs``), which a process that clears its
 environment escapes; ``probe`` says which is in force (``mxbatch doctor``). Only cgroups
@@ -116,7 +116,7 @@ def _base() -> Optional[str]:
 
 
 def enabled(environ: Optional[Dict[str, str]] = None) -> bool:
-    """Whether cgroups may be used (``MXBATCH_CGROUPS=off`` turns them off)."""
+    """Whether cgroups may be used (``wire.CGROUPS`` set to ``off`` turns them off)."""
     value = (os.environ if environ is None else environ).get(wire.CGROUPS, "")
     return value.strip().lower() not in ("off", "0", "no", "false")
 
@@ -125,7 +125,7 @@ def probe() -> Probe:
     """Which containment an agent of this user would get here, by making (and removing)
     a cgroup as an agent would."""
     if not enabled():
-        return Probe(Containment.PROCESS_GROUP, "cgroups are off (MXBATCH_CGROUPS=off): "
+        return Probe(Containment.PROCESS_GROUP, f"cgroups are off ({wire.CGROUPS}=off): "
                      "processes that leave their session and clear their environment "
                      "can escape a job's teardown")
     base = _base()
