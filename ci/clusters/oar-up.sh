@@ -15,10 +15,13 @@
 # What is changed outside $MXBATCH_CLUSTER_STATE/oar (OAR reads only /etc/oar/oar.conf,
 # and keeps its jobs in PostgreSQL): oar.conf (non-empty database passwords, which
 # `oar-database --create` needs; CPUSET_PATH commented out, so that OAR builds no cpuset
-# cgroups in the machine's shared cgroup tree; SERVER_HOSTNAME; a 1 s security time
-# between jobs instead of 60 s), kept first as $BASE/etc/oar.conf.orig; the database
-# "oar"; one admission rule: OAR's rule that refuses root and oar refuses only oar here
-# (CI runs as root, as on the project's other clusters).
+# cgroups in the machine's shared cgroup tree; SERVER_HOSTNAME and DB_HOSTNAME: the
+# bridge address; a 1 s security time between jobs instead of 60 s, and at most 1 s
+# between two scheduler runs instead of 5 s), kept first as $BASE/etc/oar.conf.orig;
+# PostgreSQL's listen_addresses and hba_file (ALTER SYSTEM: nodes read OAR's database;
+# the rules are the cluster's own plus one for the test hosts); the database "oar";
+# one admission rule: OAR's rule that refuses root and oar refuses only oar here (CI
+# runs as root, as on the project's other clusters).
 # The tests source $MXBATCH_CLUSTER_STATE/oar.env.
 #
 # Idempotent: safe when the cluster is down, half up or up. A changed oar.conf restarts
@@ -195,6 +198,7 @@ configure() {
     conf_set SERVER_HOSTNAME "$BRIDGE_IP" && changed=0
     conf_set DB_HOSTNAME "$BRIDGE_IP" && changed=0
     conf_set SCHEDULER_JOB_SECURITY_TIME 1 && changed=0
+    conf_set SCHEDULER_MIN_TIME_BETWEEN_2_CALLS 1 && changed=0
     return "$changed"
 }
 
