@@ -140,3 +140,35 @@ def test_followers_share_the_queue_view_and_an_ended_job_asks_nothing(
     assert cli.run("clean", job).returncode == 0
     assert listings(log, marker) == []
     assert_no_processes(job)
+
+
+@pytest.mark.slurm
+def test_an_array_over_the_clusters_max_array_size_is_refused_before_queueing(home,
+                                                                            tmp_path):
+    """The Slurm test cluster, reconfigured with MaxArraySize=8 for this test: a job of 10
+    workers is refused with the limit named (exit 2, spec file and key), nothing queued;
+    8 workers still go."""
+    env = cluster_environment("slurm")
+    conf = Path(env["SLURM_CONF"])
+    original = conf.read_text()
+    cli = Cli(home, env)
+    try:
+        conf.write_text(original + "MaxArraySize=8\n")
+        subprocess.run(["scontrol", "reconfigure"], env=env, check=True, timeout=60)
+        shown = subprocess.run(["scontrol", "show", "config"], env=env, text=True,
+                               capture_output=True, check=True).stdout
+        assert any(line.split() == ["MaxArraySize", "=", "8"] for line in shown.splitlines())
+        spec = fake_spec(tmp_path, "slurm", "submitter: sbatch", name="wide", workers=10,
+                         env={"FAKE_SLEEP": "1"})
+        result = cli.run("submit", "--backend", "slurm", str(spec))
+        assert result.returncode == 2, result.stderr
+        assert "roles.worker.count" in result.stderr and "MaxArraySize is 8" in result.stderr
+        assert "het: true" in result.stderr and "Traceback" not in result.stderr
+        assert not list((home / "jobs").glob("wide-*.json")) if (home / "jobs").is_dir() \
+            else True
+        queued = subprocess.run(["squeue", "--noheader", "--format", "%j"], env=env,
+                                text=True, capture_output=True, check=True).stdout
+        assert "wide" not in queued
+    finally:
+        conf.write_text(original)
+        subprocess.run(["scontrol", "reconfigure"], env=env, timeout=60)

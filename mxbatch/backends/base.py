@@ -287,6 +287,12 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         """Raise ``BackendUnavailable`` with a hint if this backend cannot submit from here
         (missing tools or libraries). Not called by ``render``."""
 
+    def check_limits(self, plan: JobPlan) -> None:
+        """Raise ``SpecError`` (exit 2, before anything is queued) if ``plan`` breaks a
+        limit the cluster says it has (an array larger than its maximum...), naming the
+        limit and what to do. May ask the cluster; not called by ``render``. Default:
+        none known."""
+
     def doctor_checks(self) -> List["Check"]:
         """What ``mxbatch doctor`` checks of this backend from here (tools, libraries, the
         daemon answering), as ``doctor.Check``s with a fix for each failure. Default:

@@ -69,6 +69,7 @@ def prepare(spec: JobSpec, backend_name: str, *, workers: Optional[int] = None,
         scripts.check_scripts(spec)
     if for_submit:
         backend.check_environment()
+        backend.check_limits(job_plan)
         containers.check_environment(job_plan, remote=not backend.loopback_only)
         rundir.check_writable(job_plan)
     return backend, backend.render(job_plan)

@@ -72,7 +72,15 @@ from .jobscript import (
     role_groups,
     runtime_argv,
 )
-from .queueview import DEFAULT_POLL_INTERVAL_S, POLL_INTERVAL_HELP, USUAL, ViewScope
+from .queueview import (
+    DEFAULT_POLL_INTERVAL_S,
+    POLL_INTERVAL_HELP,
+    USUAL,
+    QueueView,
+    ViewScope,
+    cell_name,
+    state_path,
+)
 
 SBATCH_JOB_ID = re.compile(r"^(?P<job_id>\d+)(?:;\S+)?\s*$", re.MULTILINE)
 #: sbatch/squeue/scancel output that means Slurm cannot be reached or is not configured
@@ -154,6 +162,23 @@ class SlurmHandle(Handle):
 
 def native_state(name: str) -> NativeState:
     return NATIVE_STATES.get(name.split()[0].rstrip("+") if name else "", NativeState.UNKNOWN)
+
+
+#: the limits of ``scontrol show config`` that ``check_limits`` reads
+LIMIT_NAMES = ("MaxArraySize", "MaxJobCount")
+#: how often the cluster's limits are read at most (they change with an admin's edit)
+LIMITS_INTERVAL_S = 600.0
+
+
+def parse_limits(text: str) -> Dict[str, str]:
+    """``{name: value}`` of the ``LIMIT_NAMES`` in ``scontrol show config``'s
+    ``Name = value`` lines."""
+    found = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() in LIMIT_NAMES:
+            found[name.strip()] = value.strip()
+    return found
 
 
 def parse_squeue(text: str) -> Dict[Tuple[str, str], str]:
@@ -265,6 +290,46 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
         if conf and not os.path.isfile(conf):
             raise BackendUnavailable(f"SLURM_CONF={conf}: no such file\n"
                                      "set SLURM_CONF to the cluster's slurm.conf")
+
+    def check_limits(self, plan: JobPlan) -> None:
+        """An array larger than the cluster's ``MaxArraySize`` (``scontrol show config``,
+        through a shared view asked at most every ``LIMITS_INTERVAL_S``) is refused,
+        naming the limit and the ways around it."""
+        if self.options.het:
+            return  # one heterogeneous job: no arrays
+        limits = self.site_limits()
+        largest = limits.get("MaxArraySize")
+        if not largest:
+            return
+        base = 1 if self.submitter() is Submitter.DRMAA else 0  # SlurmHandle.array_base
+        for group in role_groups(plan.run):
+            top = group.count - 1 + base
+            if top >= largest:
+                raise plan.spec.error(
+                    ("roles", group.role.value, "count"),
+                    f"{group.count} {group.role.value}s make a Slurm array with task ids up "
+                    f"to {top}, but this cluster's MaxArraySize is {largest} (ids up to "
+                    f"{largest - 1}; `scontrol show config`)",
+                    f"use at most {largest - base} {group.role.value}s, or "
+                    "backends.slurm.het: true (one heterogeneous job, no arrays), or ask the "
+                    "admins for a larger MaxArraySize")
+
+    def site_limits(self) -> Dict[str, int]:
+        """What the cluster allows (``scontrol show config``: ``MaxArraySize``,
+        ``MaxJobCount``), read at most every ``LIMITS_INTERVAL_S`` for all of the user's
+        processes (``queueview``); empty when it cannot be read."""
+        def ask() -> List[Tuple[str, ...]]:
+            result = self.run_command(["scontrol", "show", "config"], timeout=30, check=False)
+            return [(name, value) for name, value in parse_limits(result.stdout).items()]
+
+        env = self.command_env() or dict(os.environ)
+        view = QueueView(state_path(cell_name(self.name, env, self.cell_keys) + "-limits"),
+                         ask, LIMITS_INTERVAL_S)
+        try:
+            rows = view.snapshot().rows
+        except MxbatchError:
+            return {}
+        return {row[0]: int(row[1]) for row in rows if len(row) == 2 and row[1].isdigit()}
 
     def check(self, plan: JobPlan) -> None:
         slurm = ("backends", "slurm")
