@@ -96,3 +96,22 @@ def test_hosts_errors_name_the_key(cli, tmp_path):
     assert result.returncode == 2
     assert "job.yaml:4: backends.mpi.hostfile: the job has 3 tasks but the hosts offer 1 " \
            "slots" in result.stderr
+
+
+def test_ssh_inside_an_oar_job_reaches_the_node_files_hosts_with_oarsh(cli, tmp_path):
+    """Given no hosts, the ssh backend takes OAR_NODEFILE's (a line per core), and reaches
+    them with OAR's oarsh unless ``backends.ssh.ssh`` names another client."""
+    nodes = tmp_path / "nodefile"
+    nodes.write_text("10.0.0.1\n10.0.0.1\n10.0.0.2\n")
+    path = write_spec(tmp_path / "job.yaml", "name: r\ncommand: python3 train.py\n"
+                      "roles: {worker: {count: 1}}\n")
+    result = cli.run("render", "--json", "-b", "ssh", str(path),
+                     env={"OAR_NODEFILE": str(nodes)})
+    assert result.returncode == 0, result.stderr
+    hosts = json.loads(result.stdout)["native"]["setup"]["hosts"]
+    assert [(h["host"], h["ssh"][0], h["ssh"][-1]) for h in hosts] == [
+        ("10.0.0.1", "oarsh", "10.0.0.1"), ("10.0.0.2", "oarsh", "10.0.0.2")]
+    path.write_text(path.read_text() + "backends: {ssh: {ssh: /usr/bin/ssh}}\n")
+    result = cli.run("render", "--json", "-b", "ssh", str(path),
+                     env={"OAR_NODEFILE": str(nodes)})
+    assert json.loads(result.stdout)["native"]["setup"]["hosts"][0]["ssh"][0] == "/usr/bin/ssh"

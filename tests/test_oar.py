@@ -21,7 +21,7 @@ from mxbatch.runtime.roles import Role
 from mxbatch.runtime.task import resolve
 
 from .clusterjobs import example_spec, fake_spec, oar_queued, run_dir_of, wait_queue_empty
-from .conftest import Cli, assert_no_processes, cluster_environment
+from .conftest import FAKEROLE, Cli, assert_no_processes, cluster_environment, wait_for
 from .test_mxnet_local import assert_trained
 
 SPEC = """\
@@ -147,3 +147,39 @@ def test_a_failed_attempt_relaunches_on_oar_and_succeeds(oar, tmp_path):
     assert list(Path(run, "attempts", "1", "logs").glob("oar-worker.*.out"))
     wait_queue_empty(lambda: oar_queued(oar, job), job, 30)
     assert_no_processes(job, timeout=30)
+
+
+@pytest.mark.oar
+def test_launch_inside_an_oar_job_reaches_its_nodes_with_oarsh(oar, tmp_path):
+    """`mxbatch launch --launcher ssh` in an OAR job of 2 nodes, given no hosts: the hosts
+    of OAR_NODEFILE, reached with oarsh (plain ssh has no key for them), a task on each."""
+    script, out = tmp_path / "job.sh", tmp_path / "out"
+    out.mkdir()
+    script.write_text(
+        f"#!/bin/sh\n#OAR -l /nodes=2/core=2,walltime=0:05:00\n#OAR -n oar-inside\n"
+        f"#OAR -d {tmp_path}\n#OAR -O {tmp_path}/job.out\n#OAR -E {tmp_path}/job.err\n"
+        f"export PATH={Path(oar.env['PATH'].split(':')[0])}:$PATH MXBATCH_HOME={oar.home}\n"
+        f"export FAKE_SLEEP=2 FAKE_OUT={out}\n"
+        f"exec mxbatch launch --launcher ssh -n 2 -s 1 --grace 2s --name inside -- "
+        f"python3 {FAKEROLE}\n")
+    script.chmod(0o755)
+    answer = subprocess.run(["oarsub", "-S", str(script)], capture_output=True, text=True,
+                            env=oar.env, check=True).stdout
+    oar_job = parse_job_id(oar_backend.OARSUB_JOB_ID, answer, ["oarsub"])
+
+    def ended() -> dict:
+        listing = subprocess.run(["oarstat", "-f", "-J", "-j", oar_job], capture_output=True,
+                                 text=True, env=oar.env, check=True).stdout
+        job = json.loads(listing)[oar_job]
+        return job if job["state"] in ("Terminated", "Error") else {}
+
+    job = wait_for(ended, 180, f"OAR job {oar_job} to end")
+    log = (tmp_path / "job.err").read_text()
+    assert job["state"] == "Terminated" and job["exit_code"] == 0, log[-3000:]
+    run = next((oar.home / "runs").glob("inside-*"))
+    hosts = {json.loads(p.read_text())["host"] for p in (run / "tasks").glob("*.json")}
+    names = set(cluster_environment("oar")["MXBATCH_OAR_NODE_NAMES"].split())
+    assert len(hosts) == 2 and hosts <= names, hosts
+    controller = json.loads((run / "ssh" / "controller.json").read_text())
+    assert {h["ssh"][0] for h in controller["hosts"]} == {"oarsh"}, controller["hosts"]
+    assert_no_processes(run.name, timeout=30)

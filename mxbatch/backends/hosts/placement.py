@@ -63,6 +63,8 @@ SLURM_JOB_NODELIST = "SLURM_JOB_NODELIST"
 SLURM_JOB_CPUS_PER_NODE = "SLURM_JOB_CPUS_PER_NODE"
 #: the node files ``--launcher ssh``/``mpi`` use when given no hosts, in this order
 NODE_FILE_VARIABLES = (PBS_NODEFILE, OAR_NODEFILE, LSB_DJOB_HOSTFILE)
+#: the ssh client of a node file's batch system, where plain ssh may not reach its nodes
+NODE_FILE_STARTERS = {OAR_NODEFILE: "oarsh"}
 
 _REPEAT = re.compile(r"(\d+)(?:\(x(\d+)\))?")
 #: a line of ``scontrol show job -d``: some nodes of the job and what each of them holds
@@ -81,6 +83,9 @@ class Placement:
     #: the GPUs each host holds for the job, in the order of ``hosts`` (None: not counted,
     #: tasks' GPUs are not placed)
     gpus: Optional[Tuple[int, ...]] = None
+    #: the client that reaches these hosts instead of plain ssh, when the batch system
+    #: has its own (OAR: ``oarsh``); None: ssh
+    starter: Optional[str] = None
 
     def deal(self, tasks: int, wants: Sequence[int] = ()) -> List[int]:
         """For each task, the index of its host (``hostfile.place``); ``wants``: the GPUs
@@ -120,7 +125,8 @@ def node_file(variable: str, path: str) -> Placement:
     """A PBS/Torque, OAR or LSF node file: one host a line, repeated once per slot."""
     names = [line.split()[0] for line in _read(variable, path).splitlines()
              if line.strip() and not line.lstrip().startswith("#")]
-    return Placement(_names(variable, path, names), f"{variable} {path}")
+    return Placement(_names(variable, path, names), f"{variable} {path}",
+                     starter=NODE_FILE_STARTERS.get(variable))
 
 
 def allocation_node_file(environ: Mapping[str, str]) -> Optional[Placement]:

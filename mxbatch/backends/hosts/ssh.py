@@ -165,10 +165,12 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
                                          "ssh backend)")
 
     # ------------------------------------------------------------------ rendering
-    def ssh_base(self, host: hostfile.Host, config: Optional[str]) -> List[str]:
-        """The ssh command for ``host`` up to its destination (no remote command)."""
+    def ssh_base(self, host: hostfile.Host, config: Optional[str],
+                 client: Optional[str] = None) -> List[str]:
+        """The ssh command for ``host`` up to its destination (no remote command);
+        ``client``: another ssh client than ``backends.ssh.ssh`` (the placement's)."""
         options = self.options
-        argv = [options.ssh, "-T", *options.ssh_options, "-o", "BatchMode=yes",
+        argv = [client or options.ssh, "-T", *options.ssh_options, "-o", "BatchMode=yes",
                 "-o", f"ConnectTimeout={max(1, round(options.connect_timeout))}",
                 "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
         if config:
@@ -184,10 +186,12 @@ class SshBackend(ControlledBackend[SshOptions, SshRequest]):
         remote = remote_command(plan.job_id, python)
         sync = self.options.sync_dst_dir
         config = self._config(plan)
+        # inside an OAR job, its oarsh unless backends.ssh.ssh names a client
+        client = found.starter if self.options.ssh == "ssh" else None
         plans, spare = [], []
         for index, host in enumerate(hosts):
             tasks = tuple(t for t, h in enumerate(dealt) if h == index)
-            base = self.ssh_base(host, config)
+            base = self.ssh_base(host, config, client)
             session, rsync, control = base, (), ""
             if sync:
                 control = control_path(plan.run.layout, index)
