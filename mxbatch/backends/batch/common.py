@@ -95,6 +95,7 @@ from .jobscript import (
 )
 from .queueview import (
     DEFAULT_POLL_INTERVAL_S,
+    LIMITS_INTERVAL_S,
     NOW,
     USUAL,
     QueueView,
@@ -421,6 +422,24 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
         interval = getattr(self.options, "poll_interval", None) or DEFAULT_POLL_INTERVAL_S
         return QueueView(state_path(cell_name(self.name, env, self.cell_keys)),
                          self.ask_queue, interval)
+
+    def read_limits(self) -> Dict[str, str]:
+        """The limits the cluster says it has (name: value), for ``check_limits``; the
+        dialect's command. Default: none."""
+        return {}
+
+    def site_limits(self) -> Dict[str, int]:
+        """``read_limits`` as numbers, read at most every ``LIMITS_INTERVAL_S`` for all
+        of the user's processes (a view of its own, ``queueview``); empty when they
+        cannot be read."""
+        env = self.command_env() or dict(os.environ)
+        view = QueueView(state_path(cell_name(self.name, env, self.cell_keys) + "-limits"),
+                         lambda: sorted(self.read_limits().items()), LIMITS_INTERVAL_S)
+        try:
+            rows = view.snapshot().rows
+        except MxbatchError:
+            return {}
+        return {row[0]: int(row[1]) for row in rows if len(row) == 2 and row[1].isdigit()}
 
     @abc.abstractmethod
     def native_view(self, handle: HandleT, run: RunPlan,

@@ -41,6 +41,8 @@ POLL_INTERVAL_HELP = ("how old the shared view of this user's jobs in the queue 
                       "a site may set it in its profile)")
 #: how old a snapshot may be to answer for a job id it does not list
 RECHECK_S = 1.0
+#: how often a cluster's limits are read at most (they change with an admin's edit)
+LIMITS_INTERVAL_S = 600.0
 #: how long after its ids were saved a snapshot may still not list a job (clocks of
 #: two hosts that write and read a record on shared storage)
 SUBMIT_MARGIN_S = 2.0

@@ -289,6 +289,28 @@ class SgeBackend(BatchBackend[SgeHandle]):
                 " must name the cell (source $SGE_ROOT/$SGE_CELL/common/settings.sh); "
                 "$SGE_ROOT/$SGE_CELL/common/act_qmaster names the qmaster host")
 
+    def read_limits(self) -> Dict[str, str]:
+        """``max_aj_tasks`` (the most tasks of one array job) of ``qconf -sconf``."""
+        result = self.run_command(["qconf", "-sconf"], timeout=30, check=False)
+        words = (line.split() for line in result.stdout.splitlines())
+        return {w[0]: w[1] for w in words if len(w) == 2 and w[0] == "max_aj_tasks"}
+
+    def check_limits(self, plan: JobPlan) -> None:
+        """An array of more tasks than the cell's ``max_aj_tasks`` is refused, naming the
+        limit and the ways around it (0: no limit)."""
+        largest = self.site_limits().get("max_aj_tasks")
+        if not largest:
+            return
+        for group in role_groups(plan.run):
+            if group.count > largest:
+                raise plan.spec.error(
+                    ("roles", group.role.value, "count"),
+                    f"{group.count} {group.role.value}s make an SGE array job of "
+                    f"{group.count} tasks, but this cell's max_aj_tasks is {largest} "
+                    "(`qconf -sconf`)",
+                    f"use at most {largest} {group.role.value}s, or ask the admins for a "
+                    "larger max_aj_tasks")
+
     def check(self, plan: JobPlan) -> None:
         """GPU requests SGE can debit as asked (see ``gpu_request``), and values every
         directive parser can carry."""

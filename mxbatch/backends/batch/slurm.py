@@ -76,10 +76,7 @@ from .queueview import (
     DEFAULT_POLL_INTERVAL_S,
     POLL_INTERVAL_HELP,
     USUAL,
-    QueueView,
     ViewScope,
-    cell_name,
-    state_path,
 )
 
 SBATCH_JOB_ID = re.compile(r"^(?P<job_id>\d+)(?:;\S+)?\s*$", re.MULTILINE)
@@ -166,8 +163,6 @@ def native_state(name: str) -> NativeState:
 
 #: the limits of ``scontrol show config`` that ``check_limits`` reads
 LIMIT_NAMES = ("MaxArraySize", "MaxJobCount")
-#: how often the cluster's limits are read at most (they change with an admin's edit)
-LIMITS_INTERVAL_S = 600.0
 
 
 def parse_limits(text: str) -> Dict[str, str]:
@@ -293,8 +288,7 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
 
     def check_limits(self, plan: JobPlan) -> None:
         """An array larger than the cluster's ``MaxArraySize`` (``scontrol show config``,
-        through a shared view asked at most every ``LIMITS_INTERVAL_S``) is refused,
-        naming the limit and the ways around it."""
+        ``site_limits``) is refused, naming the limit and the ways around it."""
         if self.options.het:
             return  # one heterogeneous job: no arrays
         limits = self.site_limits()
@@ -314,22 +308,10 @@ class SlurmBackend(BatchBackend[SlurmHandle]):
                     "backends.slurm.het: true (one heterogeneous job, no arrays), or ask the "
                     "admins for a larger MaxArraySize")
 
-    def site_limits(self) -> Dict[str, int]:
-        """What the cluster allows (``scontrol show config``: ``MaxArraySize``,
-        ``MaxJobCount``), read at most every ``LIMITS_INTERVAL_S`` for all of the user's
-        processes (``queueview``); empty when it cannot be read."""
-        def ask() -> List[Tuple[str, ...]]:
-            result = self.run_command(["scontrol", "show", "config"], timeout=30, check=False)
-            return [(name, value) for name, value in parse_limits(result.stdout).items()]
-
-        env = self.command_env() or dict(os.environ)
-        view = QueueView(state_path(cell_name(self.name, env, self.cell_keys) + "-limits"),
-                         ask, LIMITS_INTERVAL_S)
-        try:
-            rows = view.snapshot().rows
-        except MxbatchError:
-            return {}
-        return {row[0]: int(row[1]) for row in rows if len(row) == 2 and row[1].isdigit()}
+    def read_limits(self) -> Dict[str, str]:
+        """``MaxArraySize`` and ``MaxJobCount`` of ``scontrol show config``."""
+        result = self.run_command(["scontrol", "show", "config"], timeout=30, check=False)
+        return parse_limits(result.stdout)
 
     def check(self, plan: JobPlan) -> None:
         slurm = ("backends", "slurm")
