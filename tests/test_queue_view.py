@@ -172,3 +172,14 @@ def test_an_array_over_the_clusters_max_array_size_is_refused_before_queueing(ho
     finally:
         conf.write_text(original)
         subprocess.run(["scontrol", "reconfigure"], env=env, timeout=60)
+
+
+@pytest.mark.parametrize("cluster", [pytest.param("sge", marks=pytest.mark.sge),
+                                     pytest.param("slurm", marks=pytest.mark.slurm)])
+def test_doctor_shows_the_poll_interval_the_queue_and_one_querys_time(home, cluster):
+    cli = Cli(home, cluster_environment(cluster))
+    result = cli.run("doctor", "--backend", cluster, "--no-probe", "--json", timeout=120)
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    detail = checks["queue view"]["detail"]
+    assert checks["queue view"]["ok"], detail
+    assert "tasks in the queue) took" in detail and f"{cluster}.poll_interval" in detail

@@ -33,6 +33,7 @@ import subprocess
 import time
 from pathlib import Path
 from typing import (
+    TYPE_CHECKING,
     Any,
     Callable,
     ClassVar,
@@ -44,6 +45,9 @@ from typing import (
     Tuple,
     TypeVar,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...doctor.checks import Check
 
 from ... import shell
 from ...errors import BackendUnavailable, CommandError, MxbatchError, SubmissionRejected
@@ -220,7 +224,27 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
             checks.append(command_check(f"{self.daemon} answers", self.daemon_probe,
                                         self.unreachable_hint(), environ=self.command_env(),
                                         success=f"`{' '.join(self.daemon_probe)}` answered"))
+            if checks[-1].ok:
+                checks.append(self.queue_view_check())
         return checks
+
+    def queue_view_check(self) -> "Check":
+        """How the shared queue view asks (``queueview``): its poll interval, how many
+        tasks of the user's jobs the queue holds and how long one query takes."""
+        from ...doctor.checks import passed, warned
+
+        view = self.queue_view()
+        started = time.monotonic()
+        try:
+            rows = self.ask_queue()
+        except (MxbatchError, NotImplementedError) as exc:
+            return warned("queue view", f"cannot ask the queue for your jobs: {exc}",
+                          self.unreachable_hint())
+        took = time.monotonic() - started
+        return passed("queue view", f"one query for your jobs ({len(rows)} tasks in the "
+                      f"queue) took {took:.2f}s; every mxbatch process of yours shares one "
+                      f"every {view.interval_s:g}s at most (backends.{self.name}."
+                      f"poll_interval; {view.path})")
 
     def command_env(self) -> Optional[Dict[str, str]]:
         """The environment of the scheduler's commands (None: this process's)."""
