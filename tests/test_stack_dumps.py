@@ -6,11 +6,14 @@ in pieces, and the words a diagnosis makes of them claim only what was measured.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from mxbatch.runtime import diagnosis, procstat, pyhook, rolehook
 from mxbatch.runtime.roles import Role
@@ -41,8 +44,28 @@ def _start(tmp_path: Path, hooked: bool = True) -> subprocess.Popen:
                             start_new_session=True)
 
 
+#: how long a test waits for a line or a dump of its stand-in at most
+READ_S = 60.0
+
+
+def _read(fd: int, deadline: float) -> bytes:
+    """One byte of ``fd`` (raw, no buffer that could swallow later bytes), b"" at its
+    end; fails the test at the deadline."""
+    ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+    if not ready:
+        pytest.fail(f"nothing read within {READ_S:g}s")
+    return os.read(fd, 1)
+
+
 def _line(stream) -> bytes:
-    return stream.readline()
+    """The next line of ``stream`` (read raw, with a deadline)."""
+    deadline, line = time.monotonic() + READ_S, b""
+    while not line.endswith(b"\n"):
+        byte = _read(stream.fileno(), deadline)
+        if not byte:
+            break
+        line += byte
+    return line
 
 
 def test_a_hooked_role_dumps_its_main_thread_on_its_signal_and_keeps_running(tmp_path):
@@ -59,8 +82,11 @@ def test_a_hooked_role_dumps_its_main_thread_on_its_signal_and_keeps_running(tmp
         reader = DumpReader()
         reader.expect(report.thread, report.pid)
         own = []
+        deadline = time.monotonic() + READ_S
         while reader.latest is None or len(reader.latest.frames) < 2:
-            own.append(reader.feed(os.read(proc.stderr.fileno(), 1), time.time()))
+            byte = _read(proc.stderr.fileno(), deadline)
+            assert byte, "the role's stderr ended before its dump did"
+            own.append(reader.feed(byte, time.time()))
         assert not any(own)  # a dump is no output of the role's own
         frames = reader.latest.frames
         script = str(tmp_path / "sleeper.py")
