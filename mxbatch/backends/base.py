@@ -293,6 +293,12 @@ class Backend(abc.ABC, Generic[OptionsT, RequestT, HandleT]):
         limit and what to do. May ask the cluster; not called by ``render``. Default:
         none known."""
 
+    def capacity_warnings(self, plan: JobPlan) -> List[str]:
+        """Sentences saying where the machines the job runs on, as seen from here, cannot
+        hold ``plan`` (``submit`` warns, ``doctor SPEC`` shows them); no exception.
+        Default: none known (a batch system queues what does not fit)."""
+        return []
+
     def doctor_checks(self) -> List["Check"]:
         """What ``mxbatch doctor`` checks of this backend from here (tools, libraries, the
         daemon answering), as ``doctor.Check``s with a fix for each failure. Default:

@@ -107,6 +107,12 @@ class LocalBackend(Backend[LocalOptions, LocalRequest, LocalHandle]):
         if self.options.slots is not None and self.options.slots < 1:
             raise plan.spec.error(("backends", self.name, "slots"), "must be at least 1")
 
+    def capacity_warnings(self, plan: JobPlan) -> List[str]:
+        """This machine's cores and memory against every task's (``capacity``)."""
+        from .capacity import shortfalls
+
+        return shortfalls(plan.run)
+
     def render(self, plan: JobPlan) -> LocalRequest:
         argv = runtime_command(sys.executable, plan.run.layout.runtime, "agent",
                                plan.run.run_dir, "--cancel-on-signal")

@@ -249,6 +249,8 @@ def _submit_and_maybe_follow(spec: specs.JobSpec, backend_name: str, workers: Op
     backend, request = jobs.prepare(spec, backend_name, workers=workers, servers=servers,
                                     count_flags=count_flags, max_restarts=max_restarts,
                                     check_scripts=check_scripts)
+    for line in backend.capacity_warnings(request.plan):
+        _err(f"mxbatch: warning: {line}")
     attached = backend.attach(request) if wait else None
     terminal = Terminal() if wait else None  # a job followed: its output never blocks it
     check_interrupted()  # a Ctrl-C Python dropped while preparing: submit nothing

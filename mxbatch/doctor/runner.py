@@ -25,8 +25,9 @@ import mxbatch
 
 from .. import __version__
 from ..backends import bundle, rundir
+from ..errors import MxbatchError
 from ..jobs.scripts import missing_scripts, script_of
-from ..runtime import cgroups, net, trust, wire
+from ..runtime import cgroups, limits, net, trust, wire
 from ..runtime.layout import RUNTIME
 from ..runtime.roles import Role
 from ..spec.paths import make_private_dirs
@@ -198,6 +199,40 @@ def script_checks(spec: JobSpec, backend: "Backend") -> List[Check]:
     return [passed(name, ", ".join(scripts) + f" found in {spec.workdir}")]
 
 
+def capacity_checks(spec: JobSpec, backend_name: str, backend: "Backend") -> List[Check]:
+    """Whether the machines can hold the spec's job (``Backend.capacity_warnings``: the
+    local backend's cores and memory; a warning), and, on the local backend, how a
+    role's memory and cpus are enforced here (``runtime.limits``)."""
+    from ..spec import plan as planning
+
+    try:
+        plan = planning.make(spec, backend_name, loopback_only=backend.loopback_only,
+                             max_tasks=backend.max_tasks)
+    except MxbatchError as exc:
+        return [skipped("capacity", f"the spec's plan: {exc}")]
+    found = backend.capacity_warnings(plan)
+    checks = [warned("capacity", "; ".join(found), "fewer or smaller roles "
+                     "(roles.<role>.count, resources), or a cluster backend")
+              if found else passed("capacity", f"the {len(plan.run.tasks)} tasks' cores and "
+                                               "memory fit the machine")]
+    if limits.applies(backend.loopback_only):
+        probe = cgroups.probe()
+        agent = cgroups._base() if probe.containment is cgroups.Containment.CGROUP else None
+        memory, cpus = limits.describe_here(agent)
+        detail = ("memory: cgroup memory.max" if memory is limits.Means.CGROUP else
+                  "memory: RLIMIT_DATA (no cgroup memory controller): a role's private "
+                  "data (heap, anonymous maps), not its resident memory")
+        detail += ("; cpus: cgroup cpu.max" if cpus is limits.Means.CGROUP else
+                   "; cpus: not enforced (no cgroup cpu controller; OMP_NUM_THREADS only)")
+        checks.append(passed("role limits", detail) if cpus is limits.Means.CGROUP
+                      else warned("role limits", detail,
+                                  "run where a cgroup v2 with the cpu and memory "
+                                  "controllers is delegated to mxbatch (root on a unified "
+                                  "cgroup machine, or systemd-run --user --scope -p "
+                                  "Delegate=yes)"))
+    return checks
+
+
 def run_checks(spec: JobSpec, backend_name: str, backend: "Backend", *, probe: bool = True,
                probe_timeout: float = 180.0, with_mxnet: bool = True,
                with_script: bool = False) -> List[Check]:
@@ -206,6 +241,7 @@ def run_checks(spec: JobSpec, backend_name: str, backend: "Backend", *, probe: b
     checks = [python_check()]
     if with_script:
         checks += script_checks(spec, backend)
+        checks += capacity_checks(spec, backend_name, backend)
     if with_mxnet:
         checks += mxnet_checks(spec)
     storage = rendezvous_check(spec)

@@ -149,14 +149,16 @@ def start_dying_with_parent(argv: Sequence[str], deathsig: int = signal.SIGKILL,
 
 def spawn_role(argv: Sequence[str], *, cwd: str, env: Dict[str, str], output_fd: int,
                core_dumps: bool, deathsig: int, pass_fds: Sequence[int] = (),
-               cgroup_procs: Optional[str] = None) -> subprocess.Popen:
+               cgroup_procs: Optional[str] = None,
+               data_limit: Optional[int] = None) -> subprocess.Popen:
     """Start ``argv`` as a role (see the module docstring): in ``cwd`` with exactly
     ``env``, stdin from /dev/null, stdout and stderr to ``output_fd``, ``pass_fds``
     open (under the same numbers; every other descriptor closed), in a session and
     process group of its own, dying with this process by ``deathsig``, and writing no
     core file unless ``core_dumps``, in the cgroup of ``cgroup_procs`` if given (from
-    before its program runs). Raises ``OSError`` when it cannot start (nothing is left
-    running then)."""
+    before its program runs), its ``RLIMIT_DATA`` ``data_limit`` bytes if given (soft
+    and hard, by ``prlimit`` as soon as it runs: ``runtime.limits``). Raises ``OSError``
+    when it cannot start (nothing is left running then)."""
     if not os.path.isdir(cwd):
         raise FileNotFoundError(2, os.strerror(2), cwd)
     limit = None
@@ -179,4 +181,9 @@ def spawn_role(argv: Sequence[str], *, cwd: str, env: Dict[str, str], output_fd:
             resource.prlimit(proc.pid, resource.RLIMIT_CORE, (0, 0))
         except (OSError, ValueError, AttributeError):
             pass  # it has ended already, or changed its credentials: soft 0 stays
+    if data_limit is not None:
+        try:
+            resource.prlimit(proc.pid, resource.RLIMIT_DATA, (data_limit, data_limit))
+        except (OSError, ValueError, AttributeError):
+            pass  # it has ended already
     return proc

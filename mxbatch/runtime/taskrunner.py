@@ -72,7 +72,7 @@ import subprocess
 import time
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from . import listeners, net, notes, osbytes, procstat, pyhook, wire
+from . import limits, listeners, net, notes, osbytes, procstat, pyhook, wire
 from .cgroups import JobCgroup
 from .container import Moment, RoleContainer
 from .environ import role_environment
@@ -549,11 +549,21 @@ class TaskRunner:
         self.say("starting on %s with %s=%s: %s"
                  % (self.record.host, wire.DMLC_NODE_HOST,
                     rendezvous_env.get(wire.DMLC_NODE_HOST), " ".join(argv)))
+        procs, data_limit = self._cgroup_procs(), None
+        if limits.applies(self.plan.loopback_only):
+            held = limits.enforce(self.cgroup.path if self.cgroup else None,
+                                  os.path.dirname(procs) if procs else None,
+                                  self.task.memory_mib, self.task.cpus,
+                                  self.container is not None and self.container.daemon)
+            data_limit = held.rlimit_data
+            for line in held.notes:
+                self.say(line)
         read_end, write_end = os.pipe()
         try:
             self.proc = spawn_role(argv, cwd=self.plan.workdir, env=env, output_fd=write_end,
                                    core_dumps=self.plan.core_dumps, deathsig=deathsig,
-                                   pass_fds=pass_fds, cgroup_procs=self._cgroup_procs())
+                                   pass_fds=pass_fds, cgroup_procs=procs,
+                                   data_limit=data_limit)
         except OSError as exc:
             os.close(read_end)
             raise self.fail("%s: cannot start %r: %s" % (self.label, argv[0],
