@@ -96,3 +96,24 @@ def test_rendered_script_trains_the_example_with_plain_bash(cli, example):
     assert_trained(result.stdout)
     assert "every worker succeeded" in result.stderr
     assert processes_in(example.parent) == []
+
+
+def test_a_container_spec_starts_each_role_by_its_runtimes_command(tmp_path, home):
+    data = tmp_path / "data"
+    data.mkdir()
+    spec = siteconfig.load_job(write_spec(
+        tmp_path / "j.yaml",
+        "command: python3 t.py\n"
+        f"container: {{runtime: podman, image: img:1, mounts: ['{data}:/data:ro'],"
+        " gpus: all}\n"
+        "roles: {worker: {count: 1, env: {Y: 2}}}\n"))
+    script = render_script(spec, "local")
+    starts = re.findall(r"^DMLC_ROLE=worker .*$", script, re.M)
+    assert len(starts) == 1
+    line = starts[0]
+    assert " podman run --rm --init --network host --name mxbatch-" in line
+    assert "-e DMLC_PS_ROOT_URI -e DMLC_PS_ROOT_PORT" in line and "-e Y " in line
+    assert f"-v {data}:/data:ro" in line and "--device nvidia.com/gpu=all" in line
+    assert line.endswith(" img:1 python3 t.py &") and "--env-file" not in line
+    assert re.search(r"^    podman rm -f -t 0 mxbatch-\S+-scheduler-0 ", script, re.M)
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0

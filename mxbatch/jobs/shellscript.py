@@ -11,6 +11,13 @@ so do workers still running a grace period after the scheduler or a server ended
 the servers and the scheduler end, stops them after the grace period if they do not, and
 exits with the first failing worker's status.
 
+With ``container:`` each role runs in its container by the runtime's own command
+(``docker run --rm --init --network host --name ... -e DMLC_ROLE ... IMAGE CMD``, podman
+alike, apptainer ``exec``), built by ``runtime.container.run_argv`` as mxbatch's own
+(the spec's mounts, GPUs and options), its variables passed by name from the line's
+assignments; the teardown also removes the containers by name (killing a ``docker
+run`` client leaves its container running).
+
 What it leaves out, on purpose: mxbatch's supervision (heartbeats, startup deadline,
 walltime, the exception hook that makes a crashing role exit instead of hanging in
 MXNet's exit barrier) and its bookkeeping variables (``MXBATCH_*``).
@@ -20,11 +27,13 @@ from __future__ import annotations
 
 from typing import Dict, List, Mapping, Optional
 
+from ..backends import containers
 from ..backends.local import LocalBackend
 from ..errors import MxbatchError, SpecError
 from ..quoting import quote, shell_words
 from ..runtime import net, wire
-from ..runtime.planfile import TaskInfo
+from ..runtime.container import container_name, remove_argv, run_argv
+from ..runtime.planfile import RunPlan, TaskInfo
 from ..runtime.roles import Role
 from ..spec import plan as planning
 from ..spec.schema import JobSpec
@@ -73,6 +82,7 @@ stop() {{  # SIGTERM, then SIGKILL after {grace}s
     done
     kill -KILL "$@" 2>/dev/null
     wait "$@" 2>/dev/null
+    remove_containers
 }}
 interrupted() {{
     echo "interrupted: stopping every role" >&2
@@ -159,7 +169,8 @@ def render_script(spec: JobSpec, backend: str, port: Optional[int] = None,
                         f"machine; it is for the local backend, not {backend!r}",
                         key="--format", hint="add --backend local")
     job = planning.make(spec, backend, loopback_only=True, max_tasks=LocalBackend.max_tasks,
-                        count_flags=count_flags)
+                        count_flags=count_flags, role_containers=True)
+    containers.check_spec(job)
     run = job.run
     try:
         address = net.scheduler_ip(run.interface, run.loopback_only)
@@ -179,8 +190,9 @@ def render_script(spec: JobSpec, backend: str, port: Optional[int] = None,
               wire.DMLC_NUM_WORKER: str(len(run.tasks_of(Role.WORKER)))}
     lines: List[str] = [f"export {name}={quote(shared[name])}" for name in SHARED_VARIABLES]
     lines += ["", "others=()   # the scheduler and the servers", "workers=()", ""]
+    lines += _removal_lines(run)
     for task in run.tasks:
-        lines += _start_lines(task, address, run.inherit_env)
+        lines += _start_lines(task, address, run.inherit_env, _container_argv(run, task))
     text += "\n".join(lines) + "\n"
     return text + _SUPERVISION.format(grace=grace, grace_ticks=grace * 2)
 
@@ -194,7 +206,32 @@ def role_environment(task: TaskInfo, address: str) -> Dict[str, str]:
     return env
 
 
-def _start_lines(task: TaskInfo, address: str, inherit_env: bool) -> List[str]:
+def _container_argv(run: RunPlan, task: TaskInfo) -> Optional[List[str]]:
+    """The runtime's command that runs ``task`` in its container (None: no container),
+    every variable of the role passed by name from the client's environment."""
+    if run.container is None:
+        return None
+    names = list(SHARED_VARIABLES) + sorted(role_environment(task, ""))
+    return run_argv(run.container, run.job_id, run.workdir, run.layout, task.role.value,
+                    task.rank, task.argv, gpus=task.gpus, core_dumps=run.core_dumps,
+                    by_hand=names)
+
+
+def _removal_lines(run: RunPlan) -> List[str]:
+    """``remove_containers``: what the teardown runs after stopping the roles (the
+    containers by name: a killed client leaves its container running)."""
+    argv = []
+    if run.container is not None:
+        argv = remove_argv(run.container.runtime,
+                           [container_name(run.job_id, t.role.value, t.rank)
+                            for t in run.tasks])
+    body = f"{shell_words(argv)} >/dev/null 2>&1" if argv else ":"
+    return ["remove_containers() {  # the roles' containers, by name", f"    {body}", "}",
+            ""]
+
+
+def _start_lines(task: TaskInfo, address: str, inherit_env: bool,
+                 container_argv: Optional[List[str]] = None) -> List[str]:
     env: Mapping[str, str] = role_environment(task, address)
     ordered = dict(sorted(env.items(), key=lambda item: (item[0] != wire.DMLC_ROLE, item[0])))
     assignments = " ".join(f"{name}={quote(value)}" for name, value in ordered.items())
@@ -204,6 +241,6 @@ def _start_lines(task: TaskInfo, address: str, inherit_env: bool) -> List[str]:
                                       for name in KEPT_WITHOUT_INHERITANCE) + " "
     group = "workers" if task.role is Role.WORKER else "others"
     return [f"# {task.label}",
-            f"{prefix}{assignments} {shell_words(task.argv)} &",
+            f"{prefix}{assignments} {shell_words(container_argv or task.argv)} &",
             f"{group}+=($!)"]
 

@@ -173,25 +173,38 @@ def _mount_parts(mount: str) -> Tuple[str, str, Optional[str]]:
 def run_argv(container: ContainerPlan, job_id: str, workdir: str, layout: RunLayout,
              role: str, rank: int, argv: Sequence[str], gpus: int = 0,
              core_dumps: bool = False, binary: Optional[str] = None,
-             devices: Optional[Sequence[str]] = None) -> List[str]:
+             devices: Optional[Sequence[str]] = None,
+             by_hand: Optional[Sequence[str]] = None) -> List[str]:
     """The command that runs ``argv`` of task ``role[rank]`` in its container
-    (see the module docstring). ``binary``: the runtime's command (default its name)."""
+    (see the module docstring). ``binary``: the runtime's command (default its name).
+    ``by_hand``: the manual launch (``render --format shell``), with no run directory:
+    no env file and no hook mount; these names pass from the client's environment
+    instead (``-e NAME``; apptainer passes the client's environment as it is)."""
     env_file = layout.container_env_file(role, rank)
     run_dir = layout.root
     gpu = gpu_options(container.runtime, container.gpus, gpus, devices)
     if container.runtime is ContainerRuntime.APPTAINER:
         command = [binary or "apptainer", "exec", "--cleanenv", "--env-file", env_file,
                    "--bind", workdir, "--bind", "%s:%s:ro" % (run_dir, run_dir)]
+        if by_hand is not None:
+            command = [binary or "apptainer", "exec", "--bind", workdir]
         for mount in container.mounts:
             command += ["--bind", mount]
         return command + ["--pwd", workdir] + gpu + list(container.options) + \
             [container.image] + list(argv)
     command = [binary or container.runtime.value, "run", "--rm", "--init", "--network", "host",
-               "--name", container_name(job_id, role, rank), "--env-file", env_file]
-    for name in RENDEZVOUS_VARIABLES:
-        command += ["-e", name]
-    hook_dir = layout.pyhook_dir
-    command += ["-v", "%s:%s" % (workdir, workdir), "-v", "%s:%s:ro" % (hook_dir, hook_dir)]
+               "--name", container_name(job_id, role, rank)]
+    if by_hand is not None:
+        for name in by_hand:
+            command += ["-e", name]
+        command += ["-v", "%s:%s" % (workdir, workdir)]
+    else:
+        command += ["--env-file", env_file]
+        for name in RENDEZVOUS_VARIABLES:
+            command += ["-e", name]
+        hook_dir = layout.pyhook_dir
+        command += ["-v", "%s:%s" % (workdir, workdir),
+                    "-v", "%s:%s:ro" % (hook_dir, hook_dir)]
     for mount in container.mounts:
         command += ["-v", mount]
     command += ["-w", workdir]
