@@ -1,6 +1,7 @@
 """What outlives a job's supervisor, and jobs whose records are broken, on the local
 backend with stand-in roles: grandchildren of a role after a SIGKILL of the attached
-CLI or the detached agent (``cancel`` kills them and says so), a role's child that left
+CLI or the detached agent (with cgroups the agent's keeper ends them by itself; without,
+``MXBATCH_CGROUPS=off``, ``cancel`` kills them and says so), a role's child that left
 its process group (the agent's last act kills it), an emptied plan or job record
 (``cancel`` still stops the job; ``list`` shows the record it cannot read)."""
 
@@ -13,7 +14,9 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from mxbatch.runtime import procs
+import pytest
+
+from mxbatch.runtime import cgroups, procs
 from mxbatch.runtime.layout import RunLayout
 
 from .conftest import FAKEROLE, assert_no_processes, task_record, wait_for
@@ -30,6 +33,10 @@ def spec(tmp_path: Path, worker: Optional[List[str]] = None, name: str = "left",
                     f"env: {{FAKE_SLEEP: '600'}}\n{extra}")
     return path
 
+
+needs_cgroups = pytest.mark.skipif(
+    cgroups.probe().containment is not cgroups.Containment.CGROUP,
+    reason="this machine gives this user no cgroup v2 to make")
 
 #: a role whose own child (in its process group) outlives it when it is SIGKILLed
 SLEEPER = ["bash", "-c", "sleep 45 & wait"]
@@ -55,23 +62,42 @@ def _cancel_reports_the_orphan(cli, job: str, orphan: int) -> None:
     assert json.loads(again.stdout)["killed"] == []
 
 
-def test_grandchildren_of_a_killed_detached_agent_are_killed_by_cancel(cli, tmp_path):
-    job = cli.submit(spec(tmp_path, SLEEPER))
+def _orphan_ends(cli, job: str, orphan: int, containment: str) -> None:
+    """With cgroups the killed agent's keeper ends the grandchild by itself; without,
+    ``cancel`` finds it by its environment, kills it and says so."""
+    if containment == "cgroup":
+        wait_for(lambda: not procs.pid_alive(orphan), 10, "the keeper to end the orphan")
+        result = cli.run("cancel", job, "--json")
+        assert result.returncode == 0 and json.loads(result.stdout)["killed"] == []
+        assert_no_processes(job, timeout=0)
+    else:
+        _cancel_reports_the_orphan(cli, job, orphan)
+
+
+CONTAINMENTS = [pytest.param("cgroup", marks=needs_cgroups), "off"]
+
+
+@pytest.mark.parametrize("containment", CONTAINMENTS)
+def test_grandchildren_of_a_killed_detached_agent_end(cli, tmp_path, containment):
+    env = {"MXBATCH_CGROUPS": "off"} if containment == "off" else {}
+    job = cli.submit(spec(tmp_path, SLEEPER), env=env)
     orphan = _sleeper(job)
     manager = task_record(cli.run_dir(job), "worker", 0)["supervisor_pid"]
     os.kill(manager, signal.SIGKILL)  # its roles die with it (PR_SET_PDEATHSIG)...
     wait_for(lambda: not procs.pid_alive(manager), 30, "the agent to die")
-    _cancel_reports_the_orphan(cli, job, orphan)  # ...but not the worker's own child
+    _orphan_ends(cli, job, orphan, containment)  # ...and the worker's own child
 
 
-def test_grandchildren_of_a_killed_attached_cli_are_killed_by_cancel(cli, tmp_path):
-    proc = cli.popen("submit", "--wait", str(spec(tmp_path, SLEEPER)))
+@pytest.mark.parametrize("containment", CONTAINMENTS)
+def test_grandchildren_of_a_killed_attached_cli_end(cli, tmp_path, containment):
+    env = {"MXBATCH_CGROUPS": "off"} if containment == "off" else None
+    proc = cli.popen("submit", "--wait", str(spec(tmp_path, SLEEPER)), env=env)
     job = proc.stdout.readline().strip()
     assert job, proc.communicate(timeout=60)[1]
     orphan = _sleeper(job)
     proc.kill()
     proc.communicate(timeout=30)
-    _cancel_reports_the_orphan(cli, job, orphan)
+    _orphan_ends(cli, job, orphan, containment)
 
 
 def test_a_child_that_left_its_role_s_group_ends_with_the_job(cli, tmp_path):
