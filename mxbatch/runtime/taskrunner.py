@@ -509,8 +509,11 @@ class TaskRunner:
             self._next_poll = mono
 
     def _cgroup_procs(self) -> Optional[str]:
-        """The ``cgroup.procs`` of this task's cgroup, where the agent has cgroups."""
-        if self.cgroup is None:
+        """The ``cgroup.procs`` of this task's cgroup, where the agent has cgroups; none
+        for a container's client: the container's processes are the runtime daemon's,
+        and a client killed by ``cgroup.kill`` (before its death signal's SIGTERM reached
+        it) would leave its container running (``RoleContainer`` removes it by name)."""
+        if self.cgroup is None or self.container is not None:
             return None
         return self.cgroup.task_procs("%s-%d" % (self.task.role.value, self.task.rank))
 
