@@ -25,7 +25,8 @@ MXNet's exit barrier) and its bookkeeping variables (``MXBATCH_*``).
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional
+import socket
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..backends import containers
 from ..backends.local import LocalBackend
@@ -164,21 +165,31 @@ def render_script(spec: JobSpec, backend: str, port: Optional[int] = None,
     """The bash script for ``spec`` (see the module docstring). Only for jobs whose roles
     all run here: ``backend`` must be ``local``. ``count_flags``: the flags that set role
     counts, for errors."""
-    if backend != "local":
+    if backend not in ("local", "ssh"):
         raise SpecError(f"--format shell writes a script that runs every role on this "
-                        f"machine; it is for the local backend, not {backend!r}",
-                        key="--format", hint="add --backend local")
-    job = planning.make(spec, backend, loopback_only=True, max_tasks=LocalBackend.max_tasks,
-                        count_flags=count_flags, role_containers=True)
+                        f"machine (local) or on the hosts of a hostfile over ssh; not for "
+                        f"{backend!r}", key="--format", hint="add --backend local")
+    job = planning.make(spec, backend, loopback_only=backend == "local",
+                        max_tasks=LocalBackend.max_tasks, count_flags=count_flags,
+                        role_containers=True)
     containers.check_spec(job)
     run = job.run
+    if backend == "ssh" and run.container is not None:
+        raise SpecError("--format shell runs roles in containers on this machine only; "
+                        "on ssh hosts, use `mxbatch submit`", key="--format",
+                        hint="add --backend local, or remove container")
+    remote = _ssh_placement(job) if backend == "ssh" else None
     try:
-        address = net.scheduler_ip(run.interface, run.loopback_only)
+        address = (remote[0][1] if remote else
+                   net.scheduler_ip(run.interface, run.loopback_only))
     except net.NetworkError as exc:
         raise spec.error(("network", "interface"), str(exc)) from None
-    why = (f"the address of {run.interface}" if run.interface
+    why = ("the scheduler's host, from here" if remote else
+           f"the address of {run.interface}" if run.interface
            else "every role runs on this machine")
-    port = port if port is not None else scheduler_port(run.port_low, run.port_high, address)
+    if port is None:  # on a remote scheduler's host: the range's first (not checked)
+        port = run.port_low if remote else scheduler_port(run.port_low, run.port_high,
+                                                          address)
     grace = max(1, int(run.grace_s))
     text = _HEADER.format(name=spec.name, address=address, why=why,
                           port=port, low=run.port_low, high=run.port_high,
@@ -192,7 +203,12 @@ def render_script(spec: JobSpec, backend: str, port: Optional[int] = None,
     lines += ["", "others=()   # the scheduler and the servers", "workers=()", ""]
     lines += _removal_lines(run)
     for task in run.tasks:
-        lines += _start_lines(task, address, run.inherit_env, _container_argv(run, task))
+        if remote:
+            ssh, host_ip = remote[task.index]
+            lines += _start_lines(task, host_ip, run.inherit_env, _container_argv(run, task),
+                                  ssh=ssh, workdir=run.workdir, shared=shared)
+        else:
+            lines += _start_lines(task, address, run.inherit_env, _container_argv(run, task))
     text += "\n".join(lines) + "\n"
     return text + _SUPERVISION.format(grace=grace, grace_ticks=grace * 2)
 
@@ -230,8 +246,53 @@ def _removal_lines(run: RunPlan) -> List[str]:
             ""]
 
 
+def _ssh_placement(job: planning.JobPlan) -> List[Tuple[List[str], str]]:
+    """For each task, the ssh command (up to the destination) of its host and that
+    host's IP address (resolved here: ps-lite binds literal addresses), placed as the
+    ssh backend places them. ``-tt``: killing the script's ssh client hangs up the
+    role's terminal on its host, which ends it (SIGHUP)."""
+    from ..backends.hosts import placement as placing
+    from ..backends.hosts.ssh import SshBackend
+    from ..backends.registry import options_for
+
+    options = options_for(job.spec, "ssh")
+    backend = SshBackend(options)
+    found = placing.job_hosts(job, "ssh", options.hosts, options.hostfile)
+    where = found.deal(len(job.run.tasks), [t.gpus for t in job.run.tasks])
+    config = backend._config(job)
+    result = []
+    for index in where:
+        host = found.hosts[index]
+        argv = backend.ssh_base(host, config)
+        ip = _host_ip(argv, host.name)
+        argv[argv.index("-T")] = "-tt"
+        result.append((argv + [host.name], ip))
+    return result
+
+
+def _host_ip(ssh: List[str], name: str) -> str:
+    """The IP address of host ``name`` as ssh reaches it (its configuration's
+    ``HostName``: ``ssh -G``), resolved here."""
+    import subprocess
+
+    try:
+        shown = subprocess.run([*ssh, "-G", name], capture_output=True, text=True,
+                               timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        shown = ""
+    target = next((line.split()[1] for line in shown.splitlines()
+                   if line.startswith("hostname ") and len(line.split()) > 1), name)
+    try:
+        return socket.gethostbyname(target)
+    except OSError as exc:
+        raise SpecError(f"cannot resolve host {name} ({target}): {exc}",
+                        key="--format") from None
+
+
 def _start_lines(task: TaskInfo, address: str, inherit_env: bool,
-                 container_argv: Optional[List[str]] = None) -> List[str]:
+                 container_argv: Optional[List[str]] = None,
+                 ssh: Optional[List[str]] = None, workdir: str = "",
+                 shared: Optional[Mapping[str, str]] = None) -> List[str]:
     env: Mapping[str, str] = role_environment(task, address)
     ordered = dict(sorted(env.items(), key=lambda item: (item[0] != wire.DMLC_ROLE, item[0])))
     assignments = " ".join(f"{name}={quote(value)}" for name, value in ordered.items())
@@ -240,7 +301,11 @@ def _start_lines(task: TaskInfo, address: str, inherit_env: bool,
         prefix = "env -i " + " ".join(f'{name}="${{{name}:-}}"'
                                       for name in KEPT_WITHOUT_INHERITANCE) + " "
     group = "workers" if task.role is Role.WORKER else "others"
-    return [f"# {task.label}",
-            f"{prefix}{assignments} {shell_words(container_argv or task.argv)} &",
-            f"{group}+=($!)"]
+    command = f"{prefix}{assignments} {shell_words(container_argv or task.argv)}"
+    if ssh is not None:  # the host's shell has none of the script's variables
+        values = " ".join(f"{name}={quote(value)}" for name, value in (shared or {}).items())
+        remote = (f"cd {quote(workdir)} && exec env {values} {assignments} "
+                  f"{shell_words(container_argv or task.argv)}")
+        command = f"{shell_words(ssh)} {quote(remote)} </dev/null"
+    return [f"# {task.label}", f"{command} &", f"{group}+=($!)"]
 
