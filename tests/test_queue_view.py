@@ -132,9 +132,14 @@ def test_followers_share_the_queue_view_and_an_ended_job_asks_nothing(
                      f"times (poll interval 4s)\n")
     # one ask per interval, give or take the first and the look that found the end
     assert len(asked) <= span / 4 + 3, (len(asked), span)
-    # ended: status, list and clean (a job record's final status) ask nothing more
+    # ended: once a look has written the job's final status into its record (the
+    # followers' last looks, or this one at most once), status, list, wait and clean ask
+    # nothing more
+    assert cli.status(job)["state"] == "SUCCEEDED"
     log.write_text("")
     assert cli.status(job)["state"] == "SUCCEEDED"
+    assert json.loads((home / "jobs" / f"{job}.json").read_text())["final"]["state"] \
+        == "SUCCEEDED"
     assert cli.run("list").returncode == 0
     assert cli.run("wait", job).returncode == 0
     assert cli.run("clean", job).returncode == 0
