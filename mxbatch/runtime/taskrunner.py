@@ -298,6 +298,8 @@ class TaskRunner:
         then does no harm, one after it comes late."""
         phase = self.phase
         if phase is Phase.WAITING or (phase is Phase.RUNNING and self.held):
+            if self._training_over(workers_done_seen):
+                return mono  # it ends at its next step
             return min(self._next_poll, self._startup_deadline_due(wall, mono))
         if phase in (Phase.CHECKPOINTING, Phase.HOLDING):
             return self._hold_until
@@ -640,6 +642,18 @@ class TaskRunner:
         scheduler still running then is ended at once, SUCCEEDED: training is over);
         ``workers_finished_seen``: when it learnt that every worker's code had finished
         (a worker still running ``exit_grace`` later is ended, SUCCEEDED)."""
+        if self._training_over(workers_done_seen):
+            if self.phase is Phase.WAITING:  # nothing to start for
+                self.say("every worker has succeeded before this role started: not "
+                         "starting it")
+                self._finish(TaskState.SUCCEEDED, wall)
+                self._set(TaskState.SUCCEEDED, "not started: every worker had succeeded")
+                return
+            if self.held:  # its scheduler may never listen now: nothing to go on for
+                self.say("every worker has succeeded: training is over, stopping it")
+                self.stop(TaskState.SUCCEEDED, "stopped after every worker succeeded",
+                          wall, mono)
+                return
         if self.phase is Phase.WAITING:
             self._wait_for_scheduler(wall, mono)
         elif self.phase is Phase.RUNNING:
@@ -648,6 +662,10 @@ class TaskRunner:
             self._held(wall, mono)
         elif self.phase is Phase.STOPPING:
             self._stopping(mono)
+
+    def _training_over(self, workers_done_seen: Optional[float]) -> bool:
+        """A server or the scheduler whose job's workers have all succeeded."""
+        return self.task.role is not Role.WORKER and workers_done_seen is not None
 
     def _wait_for_scheduler(self, wall: float, mono: float) -> None:
         """Start the role once this job's scheduler listens (its own socket, see
