@@ -225,15 +225,12 @@ class Job:
         if stamp is not None and any(reader is not None for reader in readers):
             raise BadInput(f"--timestamps: the logs of backend {record.backend} are read "
                            "from its own service, which keeps no arrival times")
-        lines: List[str] = []
-        stream = LogStream(backend, record, load_run_plan(record), lines.append,
+        stream = LogStream(backend, record, load_run_plan(record), _unused_echo,
                            attempt=attempt, tasks=tasks, prefixed=len(tasks) > 1,
                            tail_lines=tail, stamp=stamp, verbose=verbose, merge=follow)
         while True:
             done = not follow or backend.status(record).terminal
-            stream.pump(final=done)
-            yield from lines
-            lines.clear()
+            yield from stream.look(final=done)  # as read: a huge log is never in memory
             if done:
                 return
             time.sleep(FOLLOW_INTERVAL_S)
@@ -267,3 +264,7 @@ def jobs(state: Union[StateFilter, str, None] = None, backend: Optional[str] = N
     readable, _ = records.scan()
     return [Job.of_record(summary.record)
             for summary in select(readable, backend=backend, state=chosen, last=last)]
+
+
+def _unused_echo(text: str) -> None:
+    """``LogStream``'s echo where its lines are taken with ``look`` instead."""

@@ -10,13 +10,24 @@ its attempts: when one ends and the next starts, the logs streamed are the new o
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import os
 import stat
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Callable,
+    Deque,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 from ..backends.base import Backend, LogReader, attempts_of, current_attempt, load_run_plan
 from ..backends.records import JobRecord
@@ -187,6 +198,9 @@ class LogStream:
     MIN_INTERVAL_S = 0.1
     #: how long a merged stream holds a line it has read back (see the class docstring)
     MERGE_WINDOW_S = 0.3
+    #: how much text a merged stream holds back at most: past it the oldest lines go out
+    #: at once (a role that writes 100 MiB within the window costs no memory)
+    MERGE_HELD_MAX = 1 << 20
 
     def __init__(self, backend: Backend, record: JobRecord, plan: RunPlan,
                  echo: Callable[[str], None], enabled: bool = True, attempt: int = 0, *,
@@ -224,6 +238,12 @@ class LogStream:
         Within one look, the supervisors' teardown notes (``stopping: <why>``, shown
         when verbose) come after every task's own lines, so that a failing role's last
         output precedes the others' stopping."""
+        for text in self.look(final):
+            self.echo(text)
+
+    def look(self, final: bool = False) -> Iterator[str]:
+        """``pump``'s lines, as they are read (a log of 100 MiB is never in memory), for
+        a caller that gives them on itself (``api.Job.logs``)."""
         now = time.monotonic()
         if not final and now < self._next:
             return
@@ -232,21 +252,34 @@ class LogStream:
         teardown: List[str] = []
         if self.merge:
             ready_until = float("inf") if final else wall - self.MERGE_WINDOW_S
-            held: List[_Line] = []
+            held: Deque[_Line] = collections.deque()
+            held_size = 0
             merged = heapq.merge(self._held, *(self._read(source, wall, final)
                                                for source in self.sources))
             for line in merged:
                 if held or line.read_at > ready_until:
                     held.append(line)  # and every later one: they are shown in order
+                    held_size += len(line.text)
+                    while held_size > self.MERGE_HELD_MAX:  # the oldest go out now
+                        out = held.popleft()
+                        held_size -= len(out.text)
+                        if out.teardown:
+                            teardown.append(out.text)
+                        else:
+                            yield out.text
+                elif line.teardown:
+                    teardown.append(line.text)
                 else:
-                    (teardown.append if line.teardown else self.echo)(line.text)
-            self._held = held
+                    yield line.text
+            self._held = list(held)
         else:
             for source in self.sources:
                 for line in self._read(source, wall, final):
-                    (teardown.append if line.teardown else self.echo)(line.text)
-        for text in teardown:
-            self.echo(text)
+                    if line.teardown:
+                        teardown.append(line.text)
+                    else:
+                        yield line.text
+        yield from teardown
 
     def _read(self, source: _Source, wall: float, final: bool) -> Iterator[_Line]:
         """The new lines of one task's log that show, in order (their times never go
