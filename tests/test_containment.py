@@ -50,7 +50,7 @@ def read_pids(pid_file: Path) -> List[int]:
 
 def mxbatch_cgroups(job: str) -> List[str]:
     """This job's agents' cgroups that still exist on this machine."""
-    base = cgroups._base()
+    base = cgroups.own_directory()
     return [] if base is None else [n for n in os.listdir(base)
                                     if n.startswith(f"mxbatch.{job}.")]
 

@@ -217,7 +217,7 @@ def capacity_checks(spec: JobSpec, backend_name: str, backend: "Backend") -> Lis
                                                "memory fit the machine")]
     if limits.applies(backend.loopback_only):
         probe = cgroups.probe()
-        agent = cgroups._base() if probe.containment is cgroups.Containment.CGROUP else None
+        agent = cgroups.own_directory() if probe.containment is cgroups.Containment.CGROUP else None
         memory, cpus = limits.describe_here(agent)
         detail = ("memory: cgroup memory.max" if memory is limits.Means.CGROUP else
                   "memory: RLIMIT_DATA (no cgroup memory controller): a role's private "

@@ -106,8 +106,9 @@ def _own_cgroup() -> Optional[str]:
     return None
 
 
-def _base() -> Optional[str]:
-    """The directory of this process's cgroup2 cgroup, or None without one."""
+def own_directory() -> Optional[str]:
+    """The directory of this process's cgroup2 cgroup, below which an agent of it makes
+    its own (``JobCgroup.make``), or None without one."""
     mount, own = _unified_mount(), _own_cgroup()
     if mount is None or own is None:
         return None
@@ -128,7 +129,7 @@ def probe() -> Probe:
         return Probe(Containment.PROCESS_GROUP, f"cgroups are off ({wire.CGROUPS}=off): "
                      "processes that leave their session and clear their environment "
                      "can escape a job's teardown")
-    base = _base()
+    base = own_directory()
     if base is None:
         return Probe(Containment.PROCESS_GROUP, "no cgroup v2 hierarchy here: processes "
                      "that leave their session and clear their environment can escape a "
@@ -164,7 +165,7 @@ class JobCgroup:
         be used (then nothing was made)."""
         if not enabled():
             return None
-        base = _base()
+        base = own_directory()
         if base is None:
             return None
         path = os.path.join(base, "mxbatch.%s.%d.%d" % (job_id, os.getpid(), next(_names)))
