@@ -34,15 +34,6 @@ our_netns() {
     return 0
 }
 
-# ancestors: this shell and its ancestors (never to be killed)
-ancestors() {
-    local pid=$$
-    while [[ -n $pid && $pid != 0 ]]; do
-        echo "$pid"
-        pid=$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')
-    done
-}
-
 # ns_pids: live processes in one of NS_IDS (our network namespaces, and the mount
 # namespaces of our sshds: "net:[N]" / "mnt:[N]" as /proc/PID/ns/* read); one find
 # (-lname matches what a link reads) instead of a readlink per process

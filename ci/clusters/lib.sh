@@ -140,3 +140,22 @@ write_atomic() {
     rm -f "$tmp"
     return 1
 }
+
+# stop NAME PID... : log, then stop_pids: SIGTERM, $TIMEOUT s (the caller's; default
+# 30), SIGKILL
+stop() {
+    local name=$1
+    shift
+    (($#)) || return 0
+    log "stopping $name (pid $*)"
+    stop_pids "$name" "${TIMEOUT:-30}" "$@" || log "$name (pid $(pids_alive "$@")) survives SIGKILL"
+}
+
+# ancestors: this shell and its ancestors (never to be killed)
+ancestors() {
+    local pid=$$
+    while [[ -n $pid && $pid != 0 ]]; do
+        echo "$pid"
+        pid=$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')
+    done
+}

@@ -20,24 +20,6 @@ TIMEOUT=${MXBATCH_SLURM_TIMEOUT:-30}
 
 usage() { sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "$0"; }
 
-# stop NAME PID... : log, then stop_pids: SIGTERM, TIMEOUT s, SIGKILL
-stop() {
-    local name=$1
-    shift
-    (($#)) || return 0
-    log "stopping $name (pid $*)"
-    stop_pids "$name" "$TIMEOUT" "$@" || log "$name (pid $(pids_alive "$@")) survives SIGKILL"
-}
-
-# ancestors: this shell and its ancestors (never to be killed).
-ancestors() {
-    local pid=$$
-    while [[ -n $pid && $pid != 0 ]]; do
-        echo "$pid"
-        pid=$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')
-    done
-}
-
 # job_pids: live processes of this cluster's jobs: slurmstepd and the job's
 # own processes. All carry SLURM_CONF=$CONF in their environment (slurmd
 # passes its own on), which tells them apart from any other Slurm's; job
