@@ -479,6 +479,12 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
     directive_prefix: str = "#"
 
     def script_for(self, plan: JobPlan, group: RoleGroup) -> str:
+        return self.render_script(plan, group, runtime_argv(plan, group.role))
+
+    def render_script(self, plan: JobPlan, group: RoleGroup, command: Sequence[str],
+                      **fields: str) -> str:
+        """The job script of ``group`` running ``command``: the dialect's template with
+        its directives, the job id's export and any ``fields`` of its own."""
         return render_jobscript(
             self.script_template, job_id=plan.job_id, role=group.role.value,
             count=str(group.count),
@@ -486,8 +492,7 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
                                        self.directives(plan, group)
                                        + self.restart_directives(plan.run, group),
                                        self.script_token),
-            export=job_id_export(plan),
-            command=shell_words(runtime_argv(plan, group.role)))
+            export=job_id_export(plan), command=shell_words(list(command)), **fields)
 
     def scripts(self, plan: JobPlan) -> Dict[str, str]:
         """Job scripts by name (``jobs/<name>.sh``): one per role group by default."""

@@ -34,7 +34,6 @@ import shutil
 from typing import TYPE_CHECKING, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from ...errors import BackendUnavailable, CommandError, MxbatchError
-from ...quoting import shell_words
 from ...runtime import wire
 from ...runtime.jobloop import AttemptContext
 from ...runtime.layout import RunLayout
@@ -54,11 +53,8 @@ from .jobscript import (
     Directive,
     RoleGroup,
     Unrepresentable,
-    directive_lines,
-    job_id_export,
     job_name,
     native_directives,
-    render_jobscript,
     runtime_argv,
 )
 
@@ -212,17 +208,10 @@ class OarBackend(BatchBackend[OarHandle]):
             "--task-from", INDEX_VARIABLE, "--array-base", str(INDEX_BASE)]
         if plan.run.inherit_env:
             command += ["--environ-file", environ_file(plan.run.layout)]
-        return render_jobscript(
-            self.script_template, job_id=plan.job_id, role=group.role.value,
-            count=str(group.count),
-            directives=directive_lines(self.directive_prefix,
-                                       self.directives(plan, group)
-                                       + self.restart_directives(plan.run, group),
-                                       self.script_token),
-            export=job_id_export(plan),
+        return self.render_script(
+            plan, group, command,
             attempt=f'if [ -n "$1" ]; then export {wire.ATTEMPT}="$1" '
-                    f'{wire.RESTART_REASON}="$2"; fi',
-            command=shell_words(command))
+                    f'{wire.RESTART_REASON}="$2"; fi')
 
     def prepare_run_dir(self, request: BatchRequest, layout: RunLayout) -> None:
         super().prepare_run_dir(request, layout)
