@@ -20,7 +20,7 @@ import pytest
 from mxbatch.backends.batch.queueview import NOW, QueueView, Snapshot, ViewScope
 
 from .clusterjobs import fake_spec
-from .conftest import Cli, assert_no_processes, cluster_environment
+from .conftest import Cli, assert_no_processes, cluster_environment, wait_for
 
 #: a view asked by several processes at once: each counts its asks in the file it is given
 VIEW_USER = """
@@ -133,17 +133,16 @@ def test_followers_share_the_queue_view_and_an_ended_job_asks_nothing(
     # one ask per interval, give or take the first and the look that found the end
     assert len(asked) <= span / 4 + 3, (len(asked), span)
     # ended: once a look has written the job's final status into its record (the
-    # followers' last looks, or this one at most once), status, list, wait and clean ask
-    # nothing more
-    assert cli.status(job)["state"] == "SUCCEEDED"
+    # followers' last looks, or a later one once the queue has let go of every task),
+    # status, list, wait and clean ask nothing more
+    record = home / "jobs" / f"{job}.json"
+    wait_for(lambda: cli.status(job)["state"] == "SUCCEEDED"
+             and (json.loads(record.read_text()).get("final") or {}).get("state")
+             == "SUCCEEDED", 60, "the job's final status in its record")
     log.write_text("")
-    assert cli.status(job)["state"] == "SUCCEEDED"
-    assert json.loads((home / "jobs" / f"{job}.json").read_text())["final"]["state"] \
-        == "SUCCEEDED"
-    assert cli.run("list").returncode == 0
-    assert cli.run("wait", job).returncode == 0
-    assert cli.run("clean", job).returncode == 0
-    assert listings(log, marker) == []
+    for command in (["status", job], ["list"], ["wait", job], ["clean", job]):
+        assert cli.run(*command).returncode == 0
+        assert listings(log, marker) == [], command
     assert_no_processes(job)
 
 

@@ -29,6 +29,7 @@ from typing import (
     Tuple,
 )
 
+from ..backends import records
 from ..backends.base import Backend, LogReader, attempts_of, current_attempt, load_run_plan
 from ..backends.records import JobRecord
 from ..errors import BadInput, MxbatchError, WaitTimeout
@@ -369,12 +370,22 @@ def follow(backend: Backend, record: JobRecord, *, stream_logs: bool,
                               f"{timeout:g}s (it keeps running; `mxbatch cancel "
                               f"{record.job_id}` stops it)")
         time.sleep(backend.poll_interval_s)
-    backend.cancel(record)  # idempotent: removes anything still queued or lingering
+    if not _final_written(record):  # else nothing of it is left to remove (nor to ask)
+        backend.cancel(record)  # idempotent: removes anything still queued or lingering
     stream.pump(final=True)
     status = backend.status(record)
     if on_status is not None:
         on_status(status)
     return status
+
+
+def _final_written(record: JobRecord) -> bool:
+    """Whether the job's final status is in its record (``JobRecord.final``: written once
+    it ended for good, its scheduler holding nothing of it any more)."""
+    try:
+        return records.load(record.job_id).final is not None
+    except (MxbatchError, OSError):
+        return False
 
 
 def supervise(backend: Backend, record: JobRecord, *, stream_logs: bool,
