@@ -529,15 +529,16 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
                 return from_data(JobStatus, record.final, strict=False)
             except ValueError:
                 pass  # a record another version wrote: work it out again
-        status = self._status_now(record)
-        if _ended_for_good(status, record):
+        status, view = self._status_now(record)
+        if _ended_for_good(status, record) and all(
+                state is NativeState.GONE for state in view.states.values()):
             try:
                 records.save(dataclasses.replace(record, final=status.to_dict()))
             except OSError:
                 pass  # asked again next time
         return status
 
-    def _status_now(self, record: JobRecord) -> JobStatus:
+    def _status_now(self, record: JobRecord) -> Tuple[JobStatus, NativeView]:
         run = load_run_plan(record)
         attempts = read_attempts(record.layout.attempts_record)
         index = attempts.current.index if attempts is not None else 0
@@ -555,7 +556,7 @@ class BatchBackend(Backend[object, BatchRequest, HandleT]):
         status = merge(run, self.name, records, abort, view.states, view.ids,
                        gone_notes={gone[0]: said} if said else None)
         status = self.with_held_tasks(status, view, aborted=abort is not None)
-        return with_attempts(status, run, attempts, driver_alive(attempts))
+        return with_attempts(status, run, attempts, driver_alive(attempts)), view
 
     # -- restarts
     def restart_directives(self, run: RunPlan, group: RoleGroup) -> List[Directive]:
