@@ -4,7 +4,8 @@ The job: ``examples/image_classification.py --uneven-batches 1`` (one epoch) wit
 servers and 2 workers under ``dist_sync``: every run trains to the end and then hangs at
 exit (one worker in MXNet's ``atexit`` handler, the other in ``KVStore.__del__``).
 ``--samples`` sizes the training (the default trains about 20 s on the 2-core test VM;
-more epochs would make the uneven batches a deadlock instead, which fails the job). Each launcher runs with its defaults, interleaved, ``--repeat`` times:
+more epochs would make the uneven batches a deadlock instead, which fails the job).
+Each launcher runs with its defaults, interleaved, ``--repeat`` times:
 
 - mxbatch (``mxbatch launch -n 2 -s 2``): wall time, and from its task records the
   training (first task start to the last worker's code finished) and the time from the
